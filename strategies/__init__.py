@@ -1,0 +1,7 @@
+"""Built-in strategies. Importing this package registers them with tspbench.strategy.
+
+Each module is one plugin: a Strategy subclass decorated with ``@register``. Third-party
+packages add more through the ``tspbench.strategies`` entry-point group.
+"""
+
+from strategies import dp, sp, tp, tp_sp  # noqa: F401 - imported to register

@@ -1,0 +1,43 @@
+"""SP: tokens sharded zigzag over Σ ranks, weights replicated, K/V all-gathered for attention.
+
+Per rank: the whole model; tokens [B, S/Σ] (chunks p and 2Σ-1-p, at their true positions for
+RoPE). Collectives (forward / backward), per layer:
+
+    K, V   all-gather [Σ, B, m, S/Σ, d] -> [B, m, S, d] / reduce-scatter back    (attention core)
+
+Every gradient is all-reduced over (dp, sp) after backward. Selective recomputation re-runs the
+attention core, K/V gather included; full recomputation re-runs the whole block.
+"""
+
+from __future__ import annotations
+
+from tspbench.model import Transformer
+from tspbench.strategy import Strategy, Traffic, register
+from tspbench.zigzag import ZigzagAttention
+
+
+def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traffic]:
+    """The K and V all-gathers of every layer over ``axis`` and their backward reduce-scatters."""
+    n = strategy.mesh.size(axis)
+    msg = strategy.local_batch * strategy.workload.seq_len * kv_heads * strategy.config.head_dim
+    msg *= strategy.workload.element_size
+    count = 2 * strategy.config.n_layers
+    out = [Traffic("all_gather", n, msg, count, "forward", "core")]
+    if strategy.workload.mode == "train":
+        out.append(Traffic("reduce_scatter", n, msg, count, "backward"))
+    return out
+
+
+@register
+class SequenceParallel(Strategy):
+    name = "sp"
+    axes = ("sp",)
+    sequence_axis = "sp"
+    summary = "sequence parallel: tokens split zigzag, weights replicated, K/V all-gathered"
+
+    def transform(self, model: Transformer) -> None:
+        for layer in model.layers:
+            layer.attention.core = ZigzagAttention(self.group("sp"))
+
+    def traffic(self) -> list[Traffic]:
+        return kv_gather_traffic(self, "sp", self.config.n_kv_heads)

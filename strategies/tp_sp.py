@@ -1,0 +1,33 @@
+"""TP+SP: a T x Σ mesh per replica, tensor parallel inside (innermost, tp) and sequence parallel
+across (sp). Tokens are zigzag-sharded over sp; weights are TP-sharded and replicated over sp.
+
+Per rank: TP's weight shards; tokens [B, S/Σ]. Collectives: TP's (on [B, S/Σ, h] messages,
+group T) plus SP's K/V gathers of the local heads (m/T per rank, group Σ). Gradients are
+all-reduced over (dp, sp).
+"""
+
+from __future__ import annotations
+
+from strategies.sp import kv_gather_traffic
+from strategies.tp import TensorParallel
+from tspbench.model import Transformer
+from tspbench.strategy import Traffic, register
+from tspbench.zigzag import ZigzagAttention
+
+
+@register
+class TensorSequenceParallel(TensorParallel):
+    name = "tp_sp"
+    axes = ("sp", "tp")
+    sequence_axis = "sp"
+    vocab_axis = "tp"
+    summary = "2-D mesh: tensor parallel (T, inner) x sequence parallel (Σ, outer)"
+
+    def transform(self, model: Transformer) -> None:
+        super().transform(model)
+        for layer in model.layers:
+            layer.attention.core = ZigzagAttention(self.group("sp"))
+
+    def traffic(self) -> list[Traffic]:
+        kv_heads = self.config.n_kv_heads // self.mesh.size("tp")
+        return super().traffic() + kv_gather_traffic(self, "sp", kv_heads)

@@ -1,0 +1,358 @@
+"""Every collective a strategy uses, in one place, each call counted.
+
+A call on a group of one rank is a no-op and is not counted. Otherwise it adds one CommRecord
+to the active CommLog (see ``counting``): the op, the phase it ran in (see ``phase``), the group
+size n and the message size in bytes as nccl-tests defines it. Bus bytes follow nccl-tests:
+
+    op               message (bytes)              bus bytes = message x
+    all_reduce       the buffer                   2 (n-1) / n
+    all_gather       the gathered output          (n-1) / n
+    reduce_scatter   the full input               (n-1) / n
+    all_to_all       the buffer                   (n-1) / n
+    broadcast        the buffer                   1
+    reduce           the buffer                   1
+    send_recv        the buffer sent (ring shift) 1
+
+Bus bytes are what one rank's busiest link carries, so they compare across ops and group sizes.
+
+Primitives take and return plain tensors (``async_op=True`` returns a Pending whose ``wait()``
+gives the result). Autograd pairs below them (after Megatron-LM's mappings) carry gradients
+through a collective; each docstring names its forward/backward pair and shapes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+BUS_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+}
+PHASES = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One collective (or ``count`` identical ones) as seen by one rank."""
+
+    op: str
+    phase: str
+    group_size: int
+    msg_bytes: int
+    count: int = 1
+
+    @property
+    def bus_bytes(self) -> float:
+        return BUS_FACTOR[self.op](self.group_size) * self.msg_bytes * self.count
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.op, self.phase, self.group_size)
+
+
+@dataclass
+class CommLog:
+    """Records of one rank, thread-safe (CUDA backward runs on autograd's device threads)."""
+
+    records: list[CommRecord] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, record: CommRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.records.clear()
+
+    @property
+    def bus_bytes(self) -> float:
+        return sum(r.bus_bytes for r in self.records)
+
+    def summary(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        """(op, phase, n) -> (calls, message bytes), the form analytic counts are compared in."""
+        return summarize(self.records)
+
+    def bus_bytes_by(self, attr: str) -> dict[str, float]:
+        """Bus bytes grouped by ``op`` or ``phase``."""
+        out: dict[str, float] = defaultdict(float)
+        for r in self.records:
+            out[getattr(r, attr)] += r.bus_bytes
+        return dict(out)
+
+
+def summarize(records: Sequence[CommRecord]) -> dict[tuple[str, str, int], tuple[int, int]]:
+    out: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        out[r.key][0] += r.count
+        out[r.key][1] += r.msg_bytes * r.count
+    return {k: (v[0], v[1]) for k, v in sorted(out.items())}
+
+
+_log: CommLog | None = None
+_phase = "forward"
+
+
+@contextmanager
+def counting() -> Iterator[CommLog]:
+    """Count every collective issued inside the block (by this process) into a fresh CommLog."""
+    global _log
+    previous, _log = _log, CommLog()
+    try:
+        yield _log
+    finally:
+        _log = previous
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Attribute collectives issued inside the block to ``name`` (forward, backward, optimizer)."""
+    global _phase
+    if name not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {name!r}")
+    previous, _phase = _phase, name
+    try:
+        yield
+    finally:
+        _phase = previous
+
+
+def _count(op: str, group: Group, msg_bytes: int) -> None:
+    if _log is not None:
+        _log.add(CommRecord(op, _phase, group.size, msg_bytes))
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ranks along some mesh axes. ``rank`` is this process's index in ``ranks``; pg is None for n = 1."""
+
+    name: str
+    ranks: tuple[int, ...]
+    rank: int
+    pg: dist.ProcessGroup | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def global_rank(self, index: int) -> int:
+        return self.ranks[index]
+
+    @property
+    def next(self) -> int:
+        return self.ranks[(self.rank + 1) % self.size]
+
+    @property
+    def prev(self) -> int:
+        return self.ranks[(self.rank - 1) % self.size]
+
+
+SOLO = Group("solo", (0,), 0)
+
+
+class Pending:
+    """An issued async collective; ``wait()`` blocks until done and returns its result."""
+
+    def __init__(self, works: Sequence[dist.Work], result: Callable[[], object]) -> None:
+        self._works, self._result = works, result
+
+    def wait(self):
+        for w in self._works:
+            w.wait()
+        return self._result()
+
+
+def _done(value: object) -> Pending:
+    return Pending((), lambda: value)
+
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+
+
+# ----------------------------------------------------------------------------- primitives
+
+
+def all_reduce(x: Tensor, group: Group, op: str = "sum", async_op: bool = False):
+    """In place on x [any]: the elementwise reduction over the group."""
+    if group.size == 1:
+        return _done(x) if async_op else x
+    _count("all_reduce", group, x.numel() * x.element_size())
+    work = dist.all_reduce(x, op=_REDUCE_OPS[op], group=group.pg, async_op=async_op)
+    return Pending([work], lambda: x) if async_op else x
+
+
+def all_gather(x: Tensor, group: Group, dim: int | None = None, async_op: bool = False):
+    """x [*] -> [n, *] stacked in group order (dim=None), or concatenated along ``dim``."""
+    n = group.size
+    if n == 1:
+        out = x.unsqueeze(0) if dim is None else x
+        return _done(out) if async_op else out
+    x = x.contiguous()
+    stacked = x.new_empty((n, *x.shape))
+    _count("all_gather", group, stacked.numel() * stacked.element_size())
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    work = gather(stacked.view(-1), x.view(-1), group=group.pg, async_op=async_op)
+
+    def result() -> Tensor:
+        return stacked if dim is None else torch.cat(stacked.unbind(0), dim=dim)
+
+    return Pending([work], result) if async_op else result()
+
+
+def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bool = False):
+    """Sum over the group, each rank keeping its slice.
+
+    x [n, *] -> [*] (dim=None), or x [.., n s, ..] -> [.., s, ..] along ``dim``.
+    """
+    n = group.size
+    if n == 1:
+        out = x[0] if dim is None else x
+        return _done(out) if async_op else out
+    stacked = x if dim is None else torch.stack(x.chunk(n, dim=dim), dim=0)
+    stacked = stacked.contiguous()
+    out = stacked.new_empty(stacked.shape[1:])
+    _count("reduce_scatter", group, stacked.numel() * stacked.element_size())
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    work = scatter(out.view(-1), stacked.view(-1), group=group.pg, async_op=async_op)
+    return Pending([work], lambda: out) if async_op else out
+
+
+def broadcast(x: Tensor, src: int, group: Group, async_op: bool = False):
+    """In place on x [any]: every rank gets the value held by group member ``src``."""
+    if group.size == 1:
+        return _done(x) if async_op else x
+    _count("broadcast", group, x.numel() * x.element_size())
+    work = dist.broadcast(x, src=group.global_rank(src), group=group.pg, async_op=async_op)
+    return Pending([work], lambda: x) if async_op else x
+
+
+def reduce(x: Tensor, dst: int, group: Group, async_op: bool = False):
+    """Sum of x [any] over the group, in place on group member ``dst`` (others' x is undefined after)."""
+    if group.size == 1:
+        return _done(x) if async_op else x
+    _count("reduce", group, x.numel() * x.element_size())
+    work = dist.reduce(x, dst=group.global_rank(dst), group=group.pg, async_op=async_op)
+    return Pending([work], lambda: x) if async_op else x
+
+
+def all_to_all(x: Tensor, group: Group, async_op: bool = False):
+    """x [n, *] -> [n, *]: slice i goes to member i; slice j of the result came from member j."""
+    if group.size == 1:
+        return _done(x) if async_op else x
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    _count("all_to_all", group, x.numel() * x.element_size())
+    work = dist.all_to_all_single(out, x, group=group.pg, async_op=async_op)
+    return Pending([work], lambda: out) if async_op else out
+
+
+def ring_shift(x: Tensor, group: Group, async_op: bool = False):
+    """Send x [any] to the next member and receive the previous member's [same shape]."""
+    if group.size == 1:
+        return _done(x) if async_op else x
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    _count("send_recv", group, x.numel() * x.element_size())
+    ops = [dist.P2POp(dist.isend, x, group.next, group.pg), dist.P2POp(dist.irecv, out, group.prev, group.pg)]
+    works = dist.batch_isend_irecv(ops)
+    pending = Pending(works, lambda: out)
+    return pending if async_op else pending.wait()
+
+
+def barrier(group: Group) -> None:
+    """Not counted: a synchronisation point for timing, not data movement."""
+    if group.size > 1:
+        dist.barrier(group=group.pg)
+
+
+# ----------------------------------------------------------------------------- autograd pairs
+
+
+class _CopyToGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Group) -> Tensor:
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        return all_reduce(dy.contiguous(), ctx.group), None
+
+
+class _ReduceFromGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Group) -> Tensor:
+        return all_reduce(x.contiguous(), group)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        return dy, None
+
+
+class _GatherFromGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Group, dim: int | None) -> Tensor:
+        ctx.group, ctx.dim = group, dim
+        return all_gather(x, group, dim)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        return reduce_scatter(dy, ctx.group, ctx.dim), None, None
+
+
+class _ReduceScatterToGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Group, dim: int | None) -> Tensor:
+        ctx.group, ctx.dim = group, dim
+        return reduce_scatter(x, group, dim)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        return all_gather(dy, ctx.group, ctx.dim), None, None
+
+
+def copy_to_group(x: Tensor, group: Group) -> Tensor:
+    """Forward identity, backward all-reduce. x [*] -> [*]. Megatron's ``f`` (column-parallel input)."""
+    return x if group.size == 1 else _CopyToGroup.apply(x, group)
+
+
+def reduce_from_group(x: Tensor, group: Group) -> Tensor:
+    """Forward all-reduce, backward identity. x [*] -> [*]. Megatron's ``g`` (row-parallel output)."""
+    return x if group.size == 1 else _ReduceFromGroup.apply(x, group)
+
+
+def gather_from_group(x: Tensor, group: Group, dim: int | None = None) -> Tensor:
+    """Forward all-gather, backward reduce-scatter.
+
+    dim=None: x [*] -> [n, *] (stacked); else x [.., s, ..] -> [.., n s, ..] along ``dim``.
+    Sequence-parallel K/V exchange and Megatron-SP column-parallel inputs.
+    """
+    return gather_identity(x, dim) if group.size == 1 else _GatherFromGroup.apply(x, group, dim)
+
+
+def reduce_scatter_to_group(x: Tensor, group: Group, dim: int | None = None) -> Tensor:
+    """Forward reduce-scatter, backward all-gather.
+
+    dim=None: x [n, *] -> [*]; else x [.., n s, ..] -> [.., s, ..] along ``dim``.
+    Megatron-SP row-parallel outputs.
+    """
+    if group.size == 1:
+        return x[0] if dim is None else x
+    return _ReduceScatterToGroup.apply(x, group, dim)
+
+
+def gather_identity(x: Tensor, dim: int | None) -> Tensor:
+    return x.unsqueeze(0) if dim is None else x

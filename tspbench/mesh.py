@@ -1,0 +1,130 @@
+"""Layouts (a strategy and its degrees) and the named process groups they need.
+
+Ranks are placed row-major over the axes, outer to inner: ``dp`` first, the strategy's axes
+after it, innermost last. The innermost axis holds consecutive ranks, so it stays inside a node
+(the model-parallel group innermost, as Megatron and torchtitan place it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch.distributed as dist
+
+from tspbench.comm import Group
+
+AXES = ("dp", "tp", "sp", "tsp")
+
+
+class LayoutError(ValueError):
+    """A layout that cannot run: raised before anything is launched, naming what was wrong."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A strategy and its degree on every axis (unused axes are 1); world size is their product."""
+
+    strategy: str
+    dp: int = 1
+    tp: int = 1
+    sp: int = 1
+    tsp: int = 1
+
+    def __post_init__(self) -> None:
+        for axis in AXES:
+            value = getattr(self, axis)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise LayoutError(f"degree {axis} must be a positive integer, got {value!r}")
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.degree(a) for a in AXES)
+
+    def degree(self, axis: str) -> int:
+        return getattr(self, axis)
+
+    def describe(self) -> str:
+        degrees = " x ".join(f"{a}{self.degree(a)}" for a in AXES if self.degree(a) > 1)
+        return f"{self.strategy}({degrees or 'single device'})"
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class Mesh:
+    """Process groups over named axes. ``dims`` is ordered outer to inner.
+
+    ``group("tp")`` is this rank's group along tp; ``group("dp", "sp")`` the group over both
+    axes; ``channel=1`` a second, independent communicator over the same ranks (so two streams
+    of collectives can run side by side on NCCL). Groups of every axis combination are created
+    up front: ``new_group`` is collective, and at most three axes make seven combinations.
+    """
+
+    def __init__(self, dims: dict[str, int], rank: int = 0, channels: int = 1, create: bool = True) -> None:
+        self.dims = dict(dims)
+        self.names = tuple(self.dims)
+        self.rank = rank
+        self.world_size = math.prod(self.dims.values())
+        self.coords = self._coords(rank)
+        self._groups: dict[tuple[tuple[str, ...], int], Group] = {}
+        # Every combination of axes, in the same order on every rank (new_group is collective).
+        for size in range(1, len(self.names) + 1):
+            for combo in itertools.combinations(self.names, size):
+                for channel in range(channels):
+                    self._groups[(combo, channel)] = self._build(combo, channel, create)
+
+    def _canonical(self, axes: Sequence[str]) -> tuple[str, ...]:
+        unknown = [a for a in axes if a not in self.dims]
+        if unknown:
+            raise KeyError(f"unknown mesh axes {unknown}; this mesh has {list(self.names)}")
+        return tuple(a for a in self.names if a in axes)
+
+    def _coords(self, rank: int) -> dict[str, int]:
+        coords = {}
+        for name in reversed(self.names):
+            coords[name] = rank % self.dims[name]
+            rank //= self.dims[name]
+        return coords
+
+    def _rank_of(self, coords: dict[str, int]) -> int:
+        rank = 0
+        for name in self.names:
+            rank = rank * self.dims[name] + coords[name]
+        return rank
+
+    @classmethod
+    def planning(cls, dims: dict[str, int], channels: int = 1) -> Mesh:
+        """Sizes and rank-0 coordinates only, no process groups: for analytic models and checks."""
+        return cls(dims, 0, channels, create=False)
+
+    def _build(self, combo: tuple[str, ...], channel: int, create: bool) -> Group:
+        """Create every group of this axis combination (all ranks must call, in the same order)."""
+        label = "+".join(combo) + (f"#{channel}" if channel else "")
+        others = [a for a in self.names if a not in combo]
+        mine: Group | None = None
+        for fixed in itertools.product(*(range(self.dims[a]) for a in others)):
+            base = dict(zip(others, fixed, strict=True))
+            members = tuple(
+                self._rank_of({**base, **dict(zip(combo, free, strict=True))})
+                for free in itertools.product(*(range(self.dims[a]) for a in combo))
+            )
+            pg = dist.new_group(list(members)) if create and len(members) > 1 else None
+            if self.rank in members:
+                mine = Group(label, members, members.index(self.rank), pg)
+        assert mine is not None
+        return mine
+
+    def group(self, *axes: str, channel: int = 0) -> Group:
+        key = (self._canonical(axes), channel)
+        if key not in self._groups:
+            raise KeyError(f"group {axes} channel {channel}: this mesh has {self.names}, channels 0..")
+        return self._groups[key]
+
+    def size(self, *axes: str) -> int:
+        return math.prod(self.dims[a] for a in self._canonical(axes))
+
+    def index(self, axis: str) -> int:
+        return self.coords[axis]
