@@ -34,6 +34,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")
+# A storage seen again under another category moves only along these edges: parameters and
+# optimizer state never move (autograd saves weight views too), a saved buffer can become a
+# gradient (AccumulateGrad adopts it), anything uncategorised can become either.
+PROMOTIONS = {"other": ("activations", "gradients"), "activations": ("gradients",)}
 
 
 @dataclass
@@ -90,7 +94,7 @@ class MemoryTracker(TorchDispatchMode):
             return
         entry = self._entries.get(ptr)
         if entry is not None:
-            if category != "other" and entry[1] != category:
+            if category in PROMOTIONS.get(entry[1], ()):
                 self._move(entry, category)
             return
         finalizer = weakref.finalize(storage, self._free, ptr)
@@ -153,8 +157,7 @@ class MemoryTracker(TorchDispatchMode):
         """Classify saved-for-backward tensors as activations and new .grad tensors as gradients."""
 
         def pack(t: Tensor) -> Tensor:
-            if not isinstance(t, nn.Parameter):
-                self.classify(t, "activations")
+            self.classify(t, "activations")
             return t
 
         handles = [

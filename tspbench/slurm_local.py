@@ -36,7 +36,9 @@ REQUIRED_BINARIES = (
     "sinfo", "squeue", "sbatch", "srun", "scancel", "sacct", "scontrol",
 )  # fmt: skip
 # Process names that belong to a Slurm cluster; used by tests to check that nothing is left.
-PROCESS_NAMES = ("slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd")
+PROCESS_NAMES = (
+    "slurmctld", "slurmscriptd", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd",
+)  # fmt: skip
 # /usr/sbin is often not on a non-root PATH, but the daemons live there.
 _SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/bin"])
 _UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the trailing NUL
@@ -364,9 +366,12 @@ class LocalSlurmCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
             "SchedulerType=sched/builtin",
+            # Schedule batch jobs at submit time, not up to 3 s later (the default).
+            "SchedulerParameters=batch_sched_delay=0",
             # Trust the CPUs= below over the 2 real cores.
             "SlurmdParameters=config_overrides",
             "MpiDefault=none",
+            "MailProg=/bin/true",  # no mail on CI; Slurm logs an error if the default is missing
             "SwitchType=switch/none",
             "ReturnToService=2",
             "KillWait=2",
@@ -565,13 +570,19 @@ class LocalSlurmCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
 
-    def _kill_strays(self) -> None:
-        """Safety net: kill any live process of this cluster that outlived its daemon.
+    def processes(self) -> list[tuple[int, str]]:
+        """(pid, name) of live processes of this cluster: daemons, slurmstepd, job tasks.
 
-        Such a process is a Slurm daemon or slurmstepd started with our SLURM_CONF, or a job
-        task carrying our SLURM_CONF and a SLURM_JOB_ID; shells of other clusters never match.
+        A process belongs to the cluster when its environment holds our SLURM_CONF (daemons
+        get it from ``_spawn``, steps and tasks from slurmd) and it is a Slurm/munge/MariaDB
+        process or a job task (has SLURM_JOB_ID). Clusters under other roots never match,
+        nor does a shell that merely exported SLURM_CONF.
         """
-        for pid in _pids_of_cluster(str(self.conf_path)):
+        return list(_cluster_processes(str(self.conf_path)))
+
+    def _kill_strays(self) -> None:
+        """Safety net after stopping the daemons: kill whatever of this cluster still runs."""
+        for pid, _ in self.processes():
             _terminate(pid, 2.0, None)
 
     def _diagnostics(self) -> str:
@@ -615,8 +626,8 @@ def _terminate(pid: int, timeout: float, proc: subprocess.Popen[bytes] | None) -
             time.sleep(0.05)
 
 
-def _pids_of_cluster(conf: str) -> Iterator[int]:
-    """Live pids (not ours) of daemons/steps/tasks whose environment names ``conf``."""
+def _cluster_processes(conf: str) -> Iterator[tuple[int, str]]:
+    """Live (pid, name), not ours, of daemons/steps/tasks whose environment names ``conf``."""
     marker = f"SLURM_CONF={conf}".encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -630,7 +641,7 @@ def _pids_of_cluster(conf: str) -> Iterator[int]:
             continue
         is_job = any(v.startswith(b"SLURM_JOB_ID=") for v in environ)
         if name in PROCESS_NAMES or is_job:
-            yield int(proc.name)
+            yield int(proc.name), name
 
 
 # ---- a job function for smoke tests (importable, so submitit can pickle it by reference) ------

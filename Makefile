@@ -1,0 +1,32 @@
+# Two commands for a fresh machine: `make demo` (the main job) and `make test` (the test suite).
+# Each creates .venv on first use: the CPU build of torch first (a plain `pip install torch`
+# would pull a multi-GB CUDA build), then tspbench with its dev extra.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tspbench bench --strategy tp --tp 4 --model small --seq-len 2048 --steps 3
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only --benchmark-autosave
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,151 @@
+"""End-to-end tests on a real one-host Slurm cluster (two fake nodes, with accounting).
+
+The cluster is started once for the module by ``LocalSlurmCluster`` in a temporary folder; the
+tests are skipped with the reason from ``ensure_installed()`` where Slurm cannot run (no apt,
+not root, not Linux). Every wait has a timeout, so a broken cluster fails instead of hanging.
+Run: ``pytest -m slurm tests/test_slurm_local.py -v -s`` (``-s`` shows the measured times).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tspbench import slurm_local
+from tspbench.slurm_local import LocalSlurmCluster, ensure_installed
+
+submitit = pytest.importorskip("submitit")
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(slurm_local.__file__).resolve().parents[1]
+JOB_TIMEOUT_S = 120.0
+STATE_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurmCluster]:
+    """One cluster for the module; clients reach it through os.environ like a user's code."""
+    t0 = time.monotonic()
+    reason = ensure_installed()
+    if reason is not None:
+        pytest.skip(reason)
+    t1 = time.monotonic()
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=8)
+    cluster.start()
+    print(f"\n[slurm] ensure_installed {t1 - t0:.1f} s, start {time.monotonic() - t1:.1f} s")
+    saved = {k: os.environ.get(k) for k in cluster.env}
+    os.environ.update(cluster.env)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _executor(folder: Path, cluster: LocalSlurmCluster, **params: object) -> submitit.AutoExecutor:
+    """AutoExecutor on the local cluster; PYTHONPATH makes ``tspbench`` importable in the job
+    even when the package is not installed and the job starts in another folder."""
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+    setup = [f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    executor.update_parameters(slurm_partition=cluster.partition, slurm_setup=setup, timeout_min=5, **params)
+    return executor
+
+
+def _wait_done(job: submitit.Job, timeout: float) -> None:
+    """job.wait() has no timeout: poll done() and cancel + fail with the job's logs on expiry."""
+    deadline = time.monotonic() + timeout
+    while not job.done():
+        if time.monotonic() > deadline:
+            job.cancel(check=False)
+            logs = "\n".join(str(t.stderr()) for t in job._sub_jobs or [job])
+            pytest.fail(f"job {job.job_id} not done after {timeout} s:\n{logs}")
+        time.sleep(0.5)
+
+
+def _wait_state(job: submitit.Job, prefix: str, timeout: float) -> str:
+    """Poll sacct (through submitit's watcher, forced) until the state starts with ``prefix``."""
+    deadline = time.monotonic() + timeout
+    state = "UNKNOWN"
+    while time.monotonic() < deadline:
+        state = job.get_info(mode="force").get("State") or "UNKNOWN"
+        if state.startswith(prefix):
+            return state
+        time.sleep(0.5)
+    pytest.fail(f"job {job.job_id} state {state!r}, expected {prefix}* within {timeout} s")
+
+
+def test_nodes_idle_and_clients_use_env(cluster: LocalSlurmCluster) -> None:
+    assert cluster.node_states() == {"n1": "idle", "n2": "idle"}
+    # A plain client with only os.environ (as updated by the fixture) reaches the cluster.
+    out = subprocess.run(
+        ["sinfo", "-h", "-o", "%P %D %c"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.split()
+    assert out == [f"{cluster.partition}*", "2", "8"]
+
+
+def test_submitit_two_nodes_four_tasks_allreduce(cluster: LocalSlurmCluster, tmp_path: Path) -> None:
+    executor = _executor(tmp_path, cluster, nodes=2, tasks_per_node=2, cpus_per_task=1)
+    t0 = time.monotonic()
+    job = executor.submit(slurm_local._smoke_allreduce)
+    _wait_done(job, JOB_TIMEOUT_S)
+    results = sorted(job.results())
+    print(f"\n[slurm] 2x2-task submitit job round trip {time.monotonic() - t0:.1f} s")
+    assert results == [(rank, 4, 10.0) for rank in range(4)]
+    state = _wait_state(job, "COMPLETED", STATE_TIMEOUT_S)
+    assert state == "COMPLETED"
+    nodelist = job.get_info(mode="cache").get("NodeList")
+    assert nodelist == "n[1-2]"
+
+
+def test_cancelled_job_reports_cancelled(cluster: LocalSlurmCluster, tmp_path: Path) -> None:
+    executor = _executor(tmp_path, cluster, nodes=1, tasks_per_node=1)
+    job = executor.submit(time.sleep, 600)
+    _wait_state(job, "RUNNING", STATE_TIMEOUT_S)
+    t0 = time.monotonic()
+    job.cancel()
+    state = _wait_state(job, "CANCELLED", STATE_TIMEOUT_S)
+    print(f"\n[slurm] cancel -> CANCELLED in sacct {time.monotonic() - t0:.1f} s")
+    assert job.state.startswith("CANCELLED")
+    assert job.done()  # with accounting, submitit knows a cancelled job is finished
+    sacct = cluster.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job.job_id]).stdout
+    assert sacct.startswith("CANCELLED"), (state, sacct)
+    # The job stays COMPLETING for ~7 s (submitit ignores SIGTERM, so slurmstepd waits
+    # KillWait, then retries telling the dead srun); the last test's stop() waits for it.
+
+
+def _pgrep_cluster(cluster: LocalSlurmCluster) -> list[str]:
+    """pgrep every Slurm/munge/MariaDB name; keep live processes that belong to this cluster
+    (other clusters on the host, e.g. one a developer brought up by hand, are not ours)."""
+    ours = {pid for pid, _ in cluster.processes()}
+    found = []
+    for name in slurm_local.PROCESS_NAMES:
+        out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True, timeout=10)
+        found += [f"{pid} {name}" for pid in map(int, out.stdout.split()) if pid in ours]
+    return found
+
+
+def test_stop_with_running_job_leaves_nothing(cluster: LocalSlurmCluster) -> None:
+    """Runs last: stops the module's cluster while a 2-node job runs (fixture stop is a no-op)."""
+    cluster.run(["sbatch", "-N2", "-n4", "-o", "/dev/null", "--wrap", "srun sleep 600"])
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while "slurmstepd" not in [name for _, name in cluster.processes()]:
+        assert time.monotonic() < deadline, "job never started"
+        time.sleep(0.3)
+    before = _pgrep_cluster(cluster)
+    assert {line.split()[1] for line in before} >= {"slurmctld", "slurmd", "slurmstepd"}
+    t0 = time.monotonic()
+    cluster.stop()
+    print(f"\n[slurm] stop with a running job {time.monotonic() - t0:.1f} s")
+    assert _pgrep_cluster(cluster) == []
+    assert cluster.processes() == []
+    assert list(cluster.root.glob("run/*.pid")) == []

@@ -1,0 +1,110 @@
+"""``tspbench bench``: one measured point, as one flat record (the schema sweeps store).
+
+Per point: ``warmup`` untimed steps; one measured step with collectives counted and peak memory
+taken (the exact tracker on CPU, the allocator on CUDA); then ``repeats`` rounds of ``steps``
+timed steps, each step timed on the slowest rank (barrier before, max over ranks after). The
+tracker slows a CPU step ~1.2-1.6x, which is why timing and memory use different steps.
+
+A failure never escapes as an exception: out-of-memory on any rank gives status ``oom``, a rank
+that raises ``failed`` with its traceback, a world that outlives its timeout ``timeout``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import torch.distributed as dist
+
+from tspbench.comm import CommRecord
+from tspbench.env import environment
+from tspbench.flops import model_flops_per_step
+from tspbench.launch import LaunchTimeout, RankError, launch
+from tspbench.mesh import Layout
+from tspbench.runner import RankRun
+from tspbench.strategy import Workload, check_layout
+
+STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")
+
+
+def _rank_bench(layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int,
+                capacity_bytes: int | None) -> dict:
+    run = RankRun(layout, workload)
+    for _ in range(warmup):
+        run.step()
+    measured = run.measured_step(capacity_bytes)
+    times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return {"rank": rank, "times": times, "loss": measured.loss, "comm": measured.comm,
+            "memory": measured.memory}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def point_record(layout: Layout, workload: Workload) -> dict[str, object]:
+    """The identifying part of a record: layout and workload, flat."""
+    return {"strategy": layout.strategy, **{a: layout.degree(a) for a in ("dp", "tp", "sp", "tsp")},
+            "world_size": layout.world_size, **workload.to_dict()}
+
+
+def comm_fields(records: list[CommRecord], prefix: str = "comm") -> dict[str, float]:
+    """Bus bytes per step in total, by op and by phase."""
+    out: dict[str, float] = defaultdict(float)
+    out[f"{prefix}_bytes_per_step"] = 0.0
+    for r in records:
+        out[f"{prefix}_bytes_per_step"] += r.bus_bytes
+        out[f"{prefix}_{r.op}_bytes"] += r.bus_bytes
+        out[f"{prefix}_{r.phase}_bytes"] += r.bus_bytes
+    return dict(out)
+
+
+def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
+    times = ranks[0]["times"]
+    median = statistics.median(times)
+    tokens = layout.dp * workload.batch * workload.seq_len
+    flops = model_flops_per_step(workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode)
+    peaks = [r["memory"].peak_bytes for r in ranks]
+    top = max(ranks, key=lambda r: r["memory"].peak_bytes)
+    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    return {
+        "step_time_s": median,
+        "step_time_p10_s": percentile(times, 0.1),
+        "step_time_p90_s": percentile(times, 0.9),
+        "step_times_s": times,
+        "tokens_per_step": tokens,
+        "tokens_per_s_per_gpu": tokens / median / layout.world_size,
+        "model_flops_per_step": flops,
+        "tflops_per_gpu": flops / median / layout.world_size / 1e12,
+        "loss": ranks[0]["loss"],
+        **top["memory"].to_record(),
+        "peak_memory_rank": top["rank"],
+        "peak_memory_bytes_per_rank": peaks,
+        **comm_fields(busiest["comm"]),
+    }
+
+
+def bench(layout: Layout, workload: Workload, steps: int = 5, warmup: int = 2, repeats: int = 1,
+          capacity_bytes: int | None = None, timeout: float = 600.0) -> dict[str, object]:
+    """Measure one point; returns the flat record (``status`` says how it ended)."""
+    check_layout(layout, workload)
+    record: dict[str, object] = {**point_record(layout, workload), "steps": steps, "warmup": warmup,
+                                 "repeats": repeats, "capacity_bytes": capacity_bytes}
+    try:
+        ranks = launch(_rank_bench, layout.world_size, layout, workload, steps, warmup, repeats,
+                       capacity_bytes, device=workload.device, timeout=timeout)
+        record.update(status="completed", error=None, **measurement_record(layout, workload, ranks))
+    except RankError as exc:
+        record.update(status="oom" if exc.is_oom else "failed", error=_excerpt(str(exc)), failed_rank=exc.rank)
+    except LaunchTimeout as exc:
+        record.update(status="timeout", error=str(exc))
+    record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
+    return record
+
+
+def _excerpt(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[:1000] + "\n...\n" + text[-(limit - 1000):]
