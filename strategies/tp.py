@@ -103,6 +103,7 @@ class TensorParallel(Strategy):
     name = "tp"
     axes = ("tp",)
     vocab_axis = "tp"
+    weight_axes = ("tp",)
     summary = (
         "Megatron tensor parallel: heads, MLP columns/rows and vocabulary split; 2 all-reduces per layer"
     )

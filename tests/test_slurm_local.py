@@ -57,7 +57,12 @@ def _executor(folder: Path, cluster: LocalSlurmCluster, **params: object) -> sub
     even when the package is not installed and the job starts in another folder."""
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
     setup = [f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}"]
-    executor.update_parameters(slurm_partition=cluster.partition, slurm_setup=setup, timeout_min=5, **params)
+    executor.update_parameters(
+        slurm_partition=cluster.partition,
+        slurm_setup=setup,
+        timeout_min=5,
+        **params,
+    )
     return executor
 
 
@@ -93,7 +98,7 @@ def test_nodes_idle_and_clients_use_env(cluster: LocalSlurmCluster) -> None:
     assert out == [f"{cluster.partition}*", "2", "8"]
 
 
-def test_submitit_two_nodes_four_tasks_allreduce(cluster: LocalSlurmCluster, tmp_path: Path) -> None:
+def test_submitit_2_nodes_4_tasks_allreduce(cluster: LocalSlurmCluster, tmp_path: Path) -> None:
     executor = _executor(tmp_path, cluster, nodes=2, tasks_per_node=2, cpus_per_task=1)
     t0 = time.monotonic()
     job = executor.submit(slurm_local._smoke_allreduce)
@@ -119,8 +124,13 @@ def test_cancelled_job_reports_cancelled(cluster: LocalSlurmCluster, tmp_path: P
     assert job.done()  # with accounting, submitit knows a cancelled job is finished
     sacct = cluster.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job.job_id]).stdout
     assert sacct.startswith("CANCELLED"), (state, sacct)
-    # The job stays COMPLETING for ~7 s (submitit ignores SIGTERM, so slurmstepd waits
-    # KillWait, then retries telling the dead srun); the last test's stop() waits for it.
+    # The job really ends. It stays COMPLETING for ~7 s: submitit ignores SIGTERM, so
+    # slurmstepd waits KillWait (2 s) for SIGKILL, then retries telling the dead srun (~5 s).
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while cluster.job_ids() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    print(f"[slurm] cancel -> queue empty {time.monotonic() - t0:.1f} s")
+    assert cluster.job_ids() == []
 
 
 def _pgrep_cluster(cluster: LocalSlurmCluster) -> list[str]:

@@ -27,16 +27,22 @@ from tspbench.strategy import Workload, check_layout
 STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")
 
 
-def _rank_bench(layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int,
-                capacity_bytes: int | None) -> dict:
+def _rank_bench(
+    layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None
+) -> dict:
     run = RankRun(layout, workload)
     for _ in range(warmup):
         run.step()
     measured = run.measured_step(capacity_bytes)
     times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
     rank = dist.get_rank() if dist.is_initialized() else 0
-    return {"rank": rank, "times": times, "loss": measured.loss, "comm": measured.comm,
-            "memory": measured.memory}
+    return {
+        "rank": rank,
+        "times": times,
+        "loss": measured.loss,
+        "comm": measured.comm,
+        "memory": measured.memory,
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -48,8 +54,12 @@ def percentile(values: list[float], q: float) -> float:
 
 def point_record(layout: Layout, workload: Workload) -> dict[str, object]:
     """The identifying part of a record: layout and workload, flat."""
-    return {"strategy": layout.strategy, **{a: layout.degree(a) for a in ("dp", "tp", "sp", "tsp")},
-            "world_size": layout.world_size, **workload.to_dict()}
+    return {
+        "strategy": layout.strategy,
+        **{a: layout.degree(a) for a in ("dp", "tp", "sp", "tsp")},
+        "world_size": layout.world_size,
+        **workload.to_dict(),
+    }
 
 
 def comm_fields(records: list[CommRecord], prefix: str = "comm") -> dict[str, float]:
@@ -88,18 +98,41 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
     }
 
 
-def bench(layout: Layout, workload: Workload, steps: int = 5, warmup: int = 2, repeats: int = 1,
-          capacity_bytes: int | None = None, timeout: float = 600.0) -> dict[str, object]:
+def bench(
+    layout: Layout,
+    workload: Workload,
+    steps: int = 5,
+    warmup: int = 2,
+    repeats: int = 1,
+    capacity_bytes: int | None = None,
+    timeout: float = 600.0,
+) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended)."""
     check_layout(layout, workload)
-    record: dict[str, object] = {**point_record(layout, workload), "steps": steps, "warmup": warmup,
-                                 "repeats": repeats, "capacity_bytes": capacity_bytes}
+    record: dict[str, object] = {
+        **point_record(layout, workload),
+        "steps": steps,
+        "warmup": warmup,
+        "repeats": repeats,
+        "capacity_bytes": capacity_bytes,
+    }
     try:
-        ranks = launch(_rank_bench, layout.world_size, layout, workload, steps, warmup, repeats,
-                       capacity_bytes, device=workload.device, timeout=timeout)
+        ranks = launch(
+            _rank_bench,
+            layout.world_size,
+            layout,
+            workload,
+            steps,
+            warmup,
+            repeats,
+            capacity_bytes,
+            device=workload.device,
+            timeout=timeout,
+        )
         record.update(status="completed", error=None, **measurement_record(layout, workload, ranks))
     except RankError as exc:
-        record.update(status="oom" if exc.is_oom else "failed", error=_excerpt(str(exc)), failed_rank=exc.rank)
+        status = "oom" if exc.is_oom else "failed"
+        record.update(status=status, error=_excerpt(str(exc)), failed_rank=exc.rank)
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
@@ -107,4 +140,4 @@ def bench(layout: Layout, workload: Workload, steps: int = 5, warmup: int = 2, r
 
 
 def _excerpt(text: str, limit: int = 4000) -> str:
-    return text if len(text) <= limit else text[:1000] + "\n...\n" + text[-(limit - 1000):]
+    return text if len(text) <= limit else text[:1000] + "\n...\n" + text[-(limit - 1000) :]

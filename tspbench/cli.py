@@ -25,8 +25,18 @@ def parse_bytes(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]i?B|B)?\s*", text)
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512MiB, 2GB, 1e9)")
-    units = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-             "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    units = {
+        None: 1,
+        "B": 1,
+        "KB": 1e3,
+        "MB": 1e6,
+        "GB": 1e9,
+        "TB": 1e12,
+        "KiB": 2**10,
+        "MiB": 2**20,
+        "GiB": 2**30,
+        "TiB": 2**40,
+    }
     return int(float(m.group(1)) * units[m.group(2)])
 
 
@@ -59,8 +69,18 @@ def layout_and_workload(args: argparse.Namespace, mode: str, dtype: str) -> tupl
     config = ModelConfig.preset(args.model, **overrides)
     layout = Layout(args.strategy, args.dp, args.tp, args.sp, args.tsp)
     device = getattr(args, "device", "cpu")
-    workload = Workload(config, args.batch, args.seq_len, mode, args.recompute, dtype, device, args.seed,
-                        args.megatron_sp, not args.no_overlap)
+    workload = Workload(
+        config,
+        args.batch,
+        args.seq_len,
+        mode,
+        args.recompute,
+        dtype,
+        device,
+        args.seed,
+        args.megatron_sp,
+        not args.no_overlap,
+    )
     check_layout(layout, workload)
     return layout, workload
 
@@ -95,15 +115,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def print_validation(r: dict) -> None:
-    print(f"{r['layout']}  world {r['world_size']}  {r['model']}  seq {r['seq_len']}  batch {r['batch']}  "
-          f"{r['dtype']}  recompute {r['recompute']}  modes {'+'.join(r['modes'])}")
+    print(
+        f"{r['layout']}  world {r['world_size']}  {r['model']}  seq {r['seq_len']}  batch {r['batch']}  "
+        f"{r['dtype']}  recompute {r['recompute']}  modes {'+'.join(r['modes'])}"
+    )
     print(f"  {'quantity':<20} {'max rel err':>12}   (tolerance {r['tolerance']:.0e})")
     for key, err in r["max_rel_err"].items():
         flag = "ok" if err <= r["tolerance"] else "FAIL"
         print(f"  {key:<20} {err:>12.3e}   {flag}")
-    print(f"  comm bytes/step      {r['comm_bytes_per_step']:>12,.0f}   analytic count "
-          f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}")
-    print(f"  peak memory (max)    {r['peak_memory_bytes']:>12,}   per rank {r['peak_memory_bytes_per_rank']}")
+    print(
+        f"  comm bytes/step      {r['comm_bytes_per_step']:>12,.0f}   analytic count "
+        f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}"
+    )
+    per_rank = r["peak_memory_bytes_per_rank"]
+    print(f"  peak memory (max)    {r['peak_memory_bytes']:>12,}   per rank {per_rank}")
     print("PASSED" if r["passed"] else f"FAILED (worst gradient: {r['worst_grad_param']})")
 
 
@@ -120,15 +145,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def print_record(r: dict) -> None:
-    print(f"{r['strategy']}  dp{r['dp']} tp{r['tp']} sp{r['sp']} tsp{r['tsp']}  {r['model']}  "
-          f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}")
+    print(
+        f"{r['strategy']}  dp{r['dp']} tp{r['tp']} sp{r['sp']} tsp{r['tsp']}  {r['model']}  "
+        f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
+    )
     if r["status"] != "completed":
         print(r.get("error") or "")
         return
-    print(f"  step time     {r['step_time_s'] * 1e3:10.1f} ms  (p10 {r['step_time_p10_s'] * 1e3:.1f}, "
-          f"p90 {r['step_time_p90_s'] * 1e3:.1f})")
+    print(
+        f"  step time     {r['step_time_s'] * 1e3:10.1f} ms  (p10 {r['step_time_p10_s'] * 1e3:.1f}, "
+        f"p90 {r['step_time_p90_s'] * 1e3:.1f})"
+    )
     print(f"  tokens/s/GPU  {r['tokens_per_s_per_gpu']:10.1f}      TFLOP/s/GPU {r['tflops_per_gpu']:.4f}")
-    print(f"  peak memory   {r['peak_memory_bytes'] / 2**20:10.2f} MiB (max over ranks, rank {r['peak_memory_rank']})")
+    peak, rank = r["peak_memory_bytes"] / 2**20, r["peak_memory_rank"]
+    print(f"  peak memory   {peak:10.2f} MiB (max over ranks, rank {rank})")
     for cat in ("parameters", "gradients", "optimizer", "activations", "other"):
         print(f"    {cat:<12}{r[f'peak_memory_{cat}_bytes'] / 2**20:10.2f} MiB")
     print(f"  comm/step     {r['comm_bytes_per_step'] / 2**20:10.2f} MiB bus bytes (max over ranks)")

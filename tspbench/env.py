@@ -13,18 +13,32 @@ import torch
 
 import tspbench
 
-SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST",
-              "SLURM_NNODES", "SLURM_NTASKS", "SLURM_JOB_PARTITION")
+SLURM_VARS = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "SLURM_JOB_PARTITION",
+)
 
 
 def git_state(root: Path | None = None) -> tuple[str | None, bool | None]:
     """(sha, dirty) of the checkout tspbench runs from; (None, None) outside git."""
     root = root or Path(tspbench.__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
         return sha, bool(dirty)
     except (OSError, subprocess.SubprocessError):
         return None, None

@@ -218,8 +218,8 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal attention with bottom-right alignment: o [B, n, Sq, d] from q [B, n, Sq, d], k, v [B, m, Sk, d].
 
     A query chunk may sit at the end of a longer key prefix (Sq <= Sk): query i sees keys
-    j <= i + Sk - Sq. Sequence-parallel strategies rely on this. Flash kernels on GPU,
-    CPU flash kernel with a boolean mask otherwise.
+    j <= i + Sk - Sq. Sequence-parallel strategies rely on this. Flash kernels on GPU (bf16,
+    fp16); on CPU two flash calls merged by log-sum-exp, so no O(Sq Sk) mask is ever built.
     """
     sq, sk = q.shape[-2], k.shape[-2]
     gqa = q.shape[1] != k.shape[1]
@@ -227,14 +227,56 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     if sq > sk:
         raise ValueError(f"query length {sq} exceeds key length {sk}")
+    if gqa:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256:
-        if gqa:
-            rep = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         # The flash kernel aligns its causal mask bottom-right when Sq != Sk.
         return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
-    mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    if q.device.type == "cpu" and _CPU_FLASH is not None and q.shape[-2] < k.shape[-2]:
+        return _LowerRightCausalCPU.apply(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=lower_right_mask(sq, sk, q))
+
+
+def lower_right_mask(sq: int, sk: int, like: Tensor) -> Tensor:
+    """Additive [Sq, Sk] mask: query i sees keys j <= i + Sk - Sq."""
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=like.device).tril(sk - sq)
+    return torch.zeros(sq, sk, dtype=like.dtype, device=like.device).masked_fill_(~keep, float("-inf"))
+
+
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+class _LowerRightCausalCPU(torch.autograd.Function):
+    """Bottom-right causal attention on CPU with no [Sq, Sk] mask at all.
+
+    The key prefix before the query chunk is fully visible and the last Sq keys form a square
+    causal block: two CPU flash calls merged by their log-sum-exps. Saves q, k, v, o and the
+    merged log-sum-exp, as flash kernels do on GPU. Backward calls the flash backward of each
+    part with the merged o and lse, whose softmax normaliser is the global one (the
+    ring-attention identity), and sums dq.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        split = k.shape[-2] - q.shape[-2]
+        o1, lse1 = _CPU_FLASH(q, k[:, :, :split], v[:, :, :split], 0.0, False)
+        o2, lse2 = _CPU_FLASH(q, k[:, :, split:], v[:, :, split:], 0.0, True)
+        lse = torch.logaddexp(lse1, lse2)
+        w1, w2 = (lse1 - lse).exp().unsqueeze(-1), (lse2 - lse).exp().unsqueeze(-1)
+        out = (upcast(o1) * w1 + upcast(o2) * w2).to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        split = k.shape[-2] - q.shape[-2]
+        dout = dout.contiguous()
+        dq1, dk1, dv1 = _CPU_FLASH_BACKWARD(dout, q, k[:, :, :split], v[:, :, :split], out, lse, 0.0, False)
+        dq2, dk2, dv2 = _CPU_FLASH_BACKWARD(dout, q, k[:, :, split:], v[:, :, split:], out, lse, 0.0, True)
+        return dq1 + dq2, torch.cat([dk1, dk2], dim=2), torch.cat([dv1, dv2], dim=2)
 
 
 def identity(x: Tensor) -> Tensor:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from tspbench import comm
 from tspbench.launch import local_device
 from tspbench.memory import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
-from tspbench.mesh import Layout, Mesh
+from tspbench.mesh import Layout, LayoutError, Mesh
 from tspbench.optim import build_optimizer
 from tspbench.reference import make_batch
 from tspbench.strategy import LocalBatch, Strategy, Workload, get_strategy
@@ -42,6 +42,9 @@ class RankRun:
     def __init__(self, layout: Layout, workload: Workload) -> None:
         cls = get_strategy(layout.strategy)
         rank = dist.get_rank() if dist.is_initialized() else 0
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if world != layout.world_size:
+            raise LayoutError(f"{layout.describe()} needs {layout.world_size} ranks, this world has {world}")
         self.layout, self.workload = layout, workload
         self.device = local_device()
         self.mesh = Mesh(cls.mesh_dims(layout), rank, channels=cls.channels)

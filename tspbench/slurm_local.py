@@ -45,10 +45,16 @@ _UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the trailing NUL
 START_TIMEOUT_S = 60.0
 CANCEL_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+# Small InnoDB files: a test database needs ~30 MB on disk instead of ~110 MB.
+_MARIADB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
 
 
 class SlurmClusterError(RuntimeError):
     """The local cluster could not be started or stopped; the message carries log tails."""
+
+    def __init__(self, message: str, daemon: str | None = None) -> None:
+        super().__init__(message)
+        self.daemon = daemon  # the daemon that failed, whose logs are shown first
 
 
 def which(name: str) -> str | None:
@@ -184,7 +190,13 @@ class LocalSlurmCluster:
     partition = "local"
     cluster_name = "tspbench"
 
-    def __init__(self, root: Path, nodes: int = 2, cpus_per_node: int = 8, accounting: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        nodes: int = 2,
+        cpus_per_node: int = 8,
+        accounting: bool = True,
+    ) -> None:
         if nodes < 1 or cpus_per_node < 1:
             raise ValueError("nodes and cpus_per_node must be >= 1")
         self.root = Path(root).absolute()
@@ -249,10 +261,12 @@ class LocalSlurmCluster:
                 self._start_accounting(deadline)
             self._start_slurm(deadline)
         except BaseException as exc:
-            report = self._diagnostics()
+            failed = exc.daemon if isinstance(exc, SlurmClusterError) else None
+            report = self._diagnostics(failed)
             self._stop_daemons()
             if isinstance(exc, SlurmClusterError):
-                raise SlurmClusterError(f"{exc}\n{report}") from exc
+                where = f"logs under {self.root / 'log'}"
+                raise SlurmClusterError(f"{exc} ({where})\n{report}", failed) from exc
             raise
 
     def stop(self) -> None:
@@ -465,9 +479,9 @@ class LocalSlurmCluster:
         """Poll ``ready()`` until true; fail early if daemon ``name`` died, or at the deadline."""
         while not ready():
             if not self._running(name):
-                raise SlurmClusterError(f"{name} exited while waiting for {what}")
+                raise SlurmClusterError(f"{name} exited while waiting for {what}", name)
             if time.monotonic() > deadline:
-                raise SlurmClusterError(f"timed out waiting for {what}")
+                raise SlurmClusterError(f"timed out waiting for {what}", name)
             time.sleep(0.2)
 
     def _start_munge(self, deadline: float) -> None:
@@ -498,7 +512,7 @@ class LocalSlurmCluster:
             f"--log-error={self._log('mariadb')}",
             "--bind-address=127.0.0.1", f"--port={self.ports['mariadb']}",
             "--skip-grant-tables", "--skip-name-resolve",
-            "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M",
+            *_MARIADB_SIZES,
         ]  # fmt: skip
         self._spawn("mariadbd", argv)
         self._wait_for("MariaDB", lambda: _port_open(self.ports["mariadb"]), deadline, "mariadbd")
@@ -509,7 +523,7 @@ class LocalSlurmCluster:
     def _init_mariadb(self, data: Path) -> None:
         cmd = [
             _bin("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={data}",
-            "--auth-root-authentication-method=socket", "--skip-test-db",
+            "--auth-root-authentication-method=socket", "--skip-test-db", *_MARIADB_SIZES,
         ]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
@@ -585,9 +599,12 @@ class LocalSlurmCluster:
         for pid, _ in self.processes():
             _terminate(pid, 2.0, None)
 
-    def _diagnostics(self) -> str:
-        """Log tails of every daemon, to put in the error a failed start raises."""
+    def _diagnostics(self, failed: str | None) -> str:
+        """Log tails of every daemon, the failed one's first, for the error of a failed start."""
         logs = sorted(self.root.glob("log/*.log"))
+        if failed:
+            prefix = failed.split("-")[0]  # slurmd-n1 -> slurmd-n1.log and slurmd-n1-stdout.log
+            logs.sort(key=lambda p: not p.name.startswith((failed, prefix)))
         return "\n".join(_tail(p) for p in logs if p.stat().st_size)
 
 
@@ -666,7 +683,8 @@ def _smoke_allreduce() -> tuple[int, int, float]:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=denv.rank, world_size=denv.world_size, timeout=timedelta(seconds=60))
+    timeout = timedelta(seconds=60)
+    dist.init_process_group("gloo", rank=denv.rank, world_size=denv.world_size, timeout=timeout)
     try:
         value = torch.tensor([float(denv.rank + 1)])
         dist.all_reduce(value)

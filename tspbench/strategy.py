@@ -152,6 +152,7 @@ class Strategy:
     axes: ClassVar[tuple[str, ...]] = ()  # model-parallel axes this strategy uses, outer to inner
     sequence_axis: ClassVar[str | None] = None  # axis the tokens are zigzag-sharded over
     vocab_axis: ClassVar[str | None] = None  # axis the logits' vocabulary is sharded over
+    weight_axes: ClassVar[tuple[str, ...]] = ()  # axes that shard the weights (1/product per rank)
     channels: ClassVar[int] = 1  # independent communicators per axis
     summary: ClassVar[str] = ""
 

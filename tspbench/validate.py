@@ -100,7 +100,8 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
         ref_loss = reference.train_step()
         errors["loss"] = rel_err(torch.tensor(got["loss"], dtype=torch.float64), ref_loss)
         errors["grads"], worst_param = worst(got["grads"], reference.tensors(grads=True))
-        errors["params_after_step"], _ = worst(got["params"], reference.tensors())
+        errors["params_after_step"], worst_after = worst(got["params"], reference.tensors())
+        worst_param = f"{worst_param} (after step: {worst_after})"
     analytic = cls.comm_volume(layout, workload)
     comm_ok = all(summarize(r["comm"]) == summarize(analytic) for r in ranks)
     result = ModeResult(

@@ -47,6 +47,29 @@ def zigzag_unshard(stacked: Tensor, dim: int) -> Tensor:
     return torch.cat(firsts + seconds, dim=dim)  # one copy, in sequence order
 
 
+def zigzag_stack(full: Tensor, parts: int, dim: int) -> Tensor:
+    """Inverse of zigzag_unshard: [.., S, ..] -> every rank's tokens stacked [D, .., 2C, ..]."""
+    if parts == 1:
+        return full.unsqueeze(0)
+    return torch.stack([zigzag_shard(full, parts, r, dim) for r in range(parts)], dim=0)
+
+
+def zigzag_causal_attention(q: Tensor, keys: Tensor, values: Tensor, parts: int, index: int) -> Tensor:
+    """Local queries q [B, n, 2C, d] of rank ``index`` against the whole sequence's K/V [B, m, S, d].
+
+    Each local chunk attends its causal key prefix, bottom-right aligned; o [B, n, 2C, d].
+    """
+    if parts == 1:
+        return causal_attention(q, keys, values)
+    c = q.shape[2] // 2
+    ends = ((index + 1) * c, (2 * parts - index) * c)
+    outs = [
+        causal_attention(qc, keys[:, :, :end], values[:, :, :end])
+        for qc, end in zip(q.split(c, dim=2), ends, strict=True)
+    ]
+    return torch.cat(outs, dim=2)
+
+
 class ZigzagAttention:
     """Attention core for tokens sharded zigzag over ``group``: K/V all-gathered over the sequence.
 
@@ -60,15 +83,9 @@ class ZigzagAttention:
         self.group = group
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        parts, p = self.group.size, self.group.rank
+        parts = self.group.size
         if parts == 1:
             return causal_attention(q, k, v)
         keys = zigzag_unshard(gather_from_group(k, self.group), dim=2)
         values = zigzag_unshard(gather_from_group(v, self.group), dim=2)
-        c = q.shape[2] // 2
-        ends = ((p + 1) * c, (2 * parts - p) * c)
-        outs = [
-            causal_attention(qc, keys[:, :, :end], values[:, :, :end])
-            for qc, end in zip(q.split(c, dim=2), ends, strict=True)
-        ]
-        return torch.cat(outs, dim=2)
+        return zigzag_causal_attention(q, keys, values, parts, self.group.rank)
