@@ -42,6 +42,7 @@ def _rank_bench(
         "loss": measured.loss,
         "comm": measured.comm,
         "memory": measured.memory,
+        "state": measured.state,
     }
 
 
@@ -94,6 +95,7 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         **top["memory"].to_record(),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": peaks,
+        **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
         **comm_fields(busiest["comm"]),
     }
 

@@ -53,6 +53,7 @@ class CommRecord:
     group_size: int
     msg_bytes: int
     count: int = 1
+    group: str = field(default="", compare=False)  # the group's label, for replay
 
     @property
     def bus_bytes(self) -> float:
@@ -132,7 +133,32 @@ def phase(name: str) -> Iterator[None]:
 
 def _count(op: str, group: Group, msg_bytes: int) -> None:
     if _log is not None:
-        _log.add(CommRecord(op, _phase, group.size, msg_bytes))
+        _log.add(CommRecord(op, _phase, group.size, msg_bytes, group=group.name))
+
+
+_simulating = False
+
+
+@contextmanager
+def simulate() -> Iterator[None]:
+    """Collectives inside the block move no data: each returns a local result of the right shape.
+
+    Still counted. With it, a step's compute alone can be timed (the compute-only bound).
+    """
+    global _simulating
+    previous, _simulating = _simulating, True
+    try:
+        yield
+    finally:
+        _simulating = previous
+
+
+def _finish(result: Callable[[], object], work: dist.Work | None, async_op: bool):
+    if async_op:
+        return Pending([work] if work is not None else [], result)
+    if work is not None:
+        work.wait()
+    return result()
 
 
 @dataclass(frozen=True)
@@ -175,10 +201,6 @@ class Pending:
         return self._result()
 
 
-def _done(value: object) -> Pending:
-    return Pending((), lambda: value)
-
-
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
 
 
@@ -188,28 +210,27 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "avg": dist.R
 def all_reduce(x: Tensor, group: Group, op: str = "sum", async_op: bool = False):
     """In place on x [any]: the elementwise reduction over the group."""
     if group.size == 1:
-        return _done(x) if async_op else x
+        return _finish(lambda: x, None, async_op)
     _count("all_reduce", group, x.numel() * x.element_size())
-    work = dist.all_reduce(x, op=_REDUCE_OPS[op], group=group.pg, async_op=async_op)
-    return Pending([work], lambda: x) if async_op else x
+    work = None if _simulating else dist.all_reduce(x, _REDUCE_OPS[op], group.pg, async_op=async_op)
+    return _finish(lambda: x, work, async_op)
 
 
 def all_gather(x: Tensor, group: Group, dim: int | None = None, async_op: bool = False):
     """x [*] -> [n, *] stacked in group order (dim=None), or concatenated along ``dim``."""
     n = group.size
     if n == 1:
-        out = x.unsqueeze(0) if dim is None else x
-        return _done(out) if async_op else out
+        return _finish(lambda: x.unsqueeze(0) if dim is None else x, None, async_op)
     x = x.contiguous()
     stacked = x.new_empty((n, *x.shape))
     _count("all_gather", group, stacked.numel() * stacked.element_size())
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    work = gather(stacked.view(-1), x.view(-1), group=group.pg, async_op=async_op)
-
-    def result() -> Tensor:
-        return stacked if dim is None else torch.cat(stacked.unbind(0), dim=dim)
-
-    return Pending([work], result) if async_op else result()
+    if _simulating:
+        stacked.copy_(x.unsqueeze(0).expand_as(stacked))
+        work = None
+    else:
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        work = gather(stacked.view(-1), x.view(-1), group=group.pg, async_op=async_op)
+    return _finish(lambda: stacked if dim is None else torch.cat(stacked.unbind(0), dim=dim), work, async_op)
 
 
 def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bool = False):
@@ -219,57 +240,91 @@ def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bo
     """
     n = group.size
     if n == 1:
-        out = x[0] if dim is None else x
-        return _done(out) if async_op else out
+        return _finish(lambda: x[0] if dim is None else x, None, async_op)
     stacked = x if dim is None else torch.stack(x.chunk(n, dim=dim), dim=0)
     stacked = stacked.contiguous()
     out = stacked.new_empty(stacked.shape[1:])
     _count("reduce_scatter", group, stacked.numel() * stacked.element_size())
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    work = scatter(out.view(-1), stacked.view(-1), group=group.pg, async_op=async_op)
-    return Pending([work], lambda: out) if async_op else out
+    if _simulating:
+        out.copy_(stacked[group.rank])
+        work = None
+    else:
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        work = scatter(out.view(-1), stacked.view(-1), group=group.pg, async_op=async_op)
+    return _finish(lambda: out, work, async_op)
 
 
 def broadcast(x: Tensor, src: int, group: Group, async_op: bool = False):
     """In place on x [any]: every rank gets the value held by group member ``src``."""
     if group.size == 1:
-        return _done(x) if async_op else x
+        return _finish(lambda: x, None, async_op)
     _count("broadcast", group, x.numel() * x.element_size())
-    work = dist.broadcast(x, src=group.global_rank(src), group=group.pg, async_op=async_op)
-    return Pending([work], lambda: x) if async_op else x
+    work = None if _simulating else dist.broadcast(x, group.global_rank(src), group.pg, async_op=async_op)
+    return _finish(lambda: x, work, async_op)
 
 
 def reduce(x: Tensor, dst: int, group: Group, async_op: bool = False):
     """Sum of x [any] over the group, in place on group member ``dst`` (others' x is undefined after)."""
     if group.size == 1:
-        return _done(x) if async_op else x
+        return _finish(lambda: x, None, async_op)
     _count("reduce", group, x.numel() * x.element_size())
-    work = dist.reduce(x, dst=group.global_rank(dst), group=group.pg, async_op=async_op)
-    return Pending([work], lambda: x) if async_op else x
+    work = None if _simulating else dist.reduce(x, group.global_rank(dst), group=group.pg, async_op=async_op)
+    return _finish(lambda: x, work, async_op)
 
 
 def all_to_all(x: Tensor, group: Group, async_op: bool = False):
     """x [n, *] -> [n, *]: slice i goes to member i; slice j of the result came from member j."""
     if group.size == 1:
-        return _done(x) if async_op else x
+        return _finish(lambda: x, None, async_op)
     x = x.contiguous()
     out = torch.empty_like(x)
     _count("all_to_all", group, x.numel() * x.element_size())
-    work = dist.all_to_all_single(out, x, group=group.pg, async_op=async_op)
-    return Pending([work], lambda: out) if async_op else out
+    if _simulating:
+        out.copy_(x)
+        work = None
+    else:
+        work = dist.all_to_all_single(out, x, group=group.pg, async_op=async_op)
+    return _finish(lambda: out, work, async_op)
 
 
 def ring_shift(x: Tensor, group: Group, async_op: bool = False):
     """Send x [any] to the next member and receive the previous member's [same shape]."""
     if group.size == 1:
-        return _done(x) if async_op else x
+        return _finish(lambda: x, None, async_op)
     x = x.contiguous()
     out = torch.empty_like(x)
     _count("send_recv", group, x.numel() * x.element_size())
+    if _simulating:
+        out.copy_(x)
+        return _finish(lambda: out, None, async_op)
     ops = [dist.P2POp(dist.isend, x, group.next, group.pg), dist.P2POp(dist.irecv, out, group.prev, group.pg)]
-    works = dist.batch_isend_irecv(ops)
-    pending = Pending(works, lambda: out)
+    pending = Pending(dist.batch_isend_irecv(ops), lambda: out)
     return pending if async_op else pending.wait()
+
+
+def replay(records: Sequence[CommRecord], resolve: Callable[[str], Group]) -> None:
+    """Issue the recorded collectives again, blocking, in order, on scratch buffers of their sizes.
+
+    Every rank must replay the same records. The comm-only bound of a step: its data movement
+    with no compute to hide behind.
+    """
+    for r in records:
+        group = resolve(r.group)
+        for _ in range(r.count):
+            msg = r.msg_bytes
+            if r.op == "all_gather":
+                all_gather(torch.empty(msg // group.size, dtype=torch.uint8), group)
+            elif r.op in ("reduce_scatter", "all_to_all"):
+                buf = torch.empty(group.size, msg // group.size, dtype=torch.uint8)
+                (reduce_scatter if r.op == "reduce_scatter" else all_to_all)(buf, group)
+            elif r.op == "send_recv":
+                ring_shift(torch.empty(msg, dtype=torch.uint8), group)
+            elif r.op == "broadcast":
+                broadcast(torch.empty(msg, dtype=torch.uint8), 0, group)
+            elif r.op == "reduce":
+                reduce(torch.empty(msg, dtype=torch.uint8), 0, group)
+            else:
+                all_reduce(torch.empty(msg, dtype=torch.uint8), group)
 
 
 def barrier(group: Group) -> None:

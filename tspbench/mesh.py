@@ -123,6 +123,13 @@ class Mesh:
             raise KeyError(f"group {axes} channel {channel}: this mesh has {self.names}, channels 0..")
         return self._groups[key]
 
+    def by_name(self, label: str) -> Group:
+        """The group whose label is ``label`` (as recorded in CommRecord.group)."""
+        for group in self._groups.values():
+            if group.name == label:
+                return group
+        raise KeyError(f"no group labelled {label!r}; have {sorted(g.name for g in self._groups.values())}")
+
     def size(self, *axes: str) -> int:
         return math.prod(self.dims[a] for a in self._canonical(axes))
 

@@ -34,6 +34,7 @@ class StepMeasurement:
     comm: list[comm.CommRecord]
     memory: MemoryReport
     output: Tensor  # the global loss (train) or this rank's logits (infer)
+    state: dict[str, int]  # bytes of parameters, gradients and optimizer state after the step
 
 
 class RankRun:
@@ -107,7 +108,8 @@ class RankRun:
                 out = self.step(tracker)
                 memory = tracker.report()
         loss = out.item() if self.train else None
-        return StepMeasurement(loss, list(log.records), memory, out)
+        state = persistent_bytes(self.model, self.optimizer)
+        return StepMeasurement(loss, list(log.records), memory, out, state)
 
     def timed_steps(self, n: int) -> list[float]:
         """Wall time of ``n`` steps, each the slowest rank's (barrier before, max after)."""
