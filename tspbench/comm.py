@@ -131,6 +131,10 @@ def phase(name: str) -> Iterator[None]:
         _phase = previous
 
 
+def current_phase() -> str:
+    return _phase
+
+
 def _count(op: str, group: Group, msg_bytes: int) -> None:
     if _log is not None:
         _log.add(CommRecord(op, _phase, group.size, msg_bytes, group=group.name))

@@ -4,13 +4,14 @@ Ranks are forked from a forkserver that has torch and tspbench preloaded: a star
 after the first, and no rank inherits the caller's threads (forking a process that has run
 multithreaded torch ops or holds a TCPStore server thread can deadlock the child). CPU: gloo,
 one thread per rank. CUDA (``device="cuda"``, N GPUs visible): one GPU and NCCL per rank. The
-rendezvous is a TCPStore held by the caller on 127.0.0.1 with a free port, so parallel worlds
-never collide.
+rendezvous is a TCPStore hosted by rank 0 on 127.0.0.1 at a free port. (A TCPStore held by the
+caller stalled about one start in seven by exactly 5 s here; a FileStore made creating process
+groups ~20x slower.)
 
-If any rank raises, the caller gets a RankError naming that rank, its exception type, message
-and traceback within a second, and every other rank is killed (they may be stuck in a
-collective waiting for the dead one). A world that outlives ``timeout`` is killed the same way
-and raises LaunchTimeout. No process is left behind either way.
+If any rank raises (or dies), the caller gets a RankError naming the rank that failed first,
+its exception type, message and traceback within a second, and every other rank is killed
+(they may be stuck in a collective waiting for the dead one). A world that outlives ``timeout``
+is killed the same way and raises LaunchTimeout. No process is left behind either way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -62,7 +64,8 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
-_PRELOAD = ["torch", "torch.distributed", "tspbench.runner", "strategies"]
+# torch._dynamo is imported lazily by the first optimizer step (~1 s): pay it once, here.
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "tspbench.runner", "strategies"]
 
 
 def _context() -> mp.context.BaseContext:
@@ -89,21 +92,28 @@ def _rank_main(
         if device == "cuda":
             torch.cuda.set_device(rank)
         store = dist.TCPStore(
-            "127.0.0.1", port, world_size, is_master=False, timeout=timedelta(seconds=timeout_s)
+            "127.0.0.1", port, world_size, is_master=rank == 0, timeout=timedelta(seconds=timeout_s)
         )
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
         )
+        _barrier(device, rank)  # every rank connected before any can finish and exit
         result = fn(*args, **kwargs)
+        _barrier(device, rank)  # no rank exits while a peer's last transfer to it is in flight
         payload = ("ok", result)
     except BaseException as exc:
-        payload = ("error", (type(exc).__name__, str(exc), traceback.format_exc()))
+        payload = ("error", (type(exc).__name__, str(exc), traceback.format_exc(), time.time()))
     try:
         conn.send_bytes(pickle.dumps(payload))
     except Exception as exc:  # unpicklable result
-        conn.send_bytes(pickle.dumps(("error", (type(exc).__name__, str(exc), traceback.format_exc()))))
+        error = (type(exc).__name__, str(exc), traceback.format_exc(), time.time())
+        conn.send_bytes(pickle.dumps(("error", error)))
     conn.close()
     os._exit(0)  # skip gloo/NCCL teardown, which can block when peers are gone
+
+
+def _barrier(device: str, rank: int) -> None:
+    dist.barrier(device_ids=[rank]) if device == "cuda" else dist.barrier()
 
 
 def launch(
@@ -117,22 +127,32 @@ def launch(
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the results in rank order."""
     if device == "cuda" and torch.cuda.device_count() < world_size:
         raise ValueError(f"{world_size} ranks need {world_size} GPUs; {torch.cuda.device_count()} visible")
+    for attempt in range(3):
+        try:
+            return _launch_once(fn, world_size, args, kwargs, device, timeout, free_port())
+        except RankError as exc:  # another process took the port between our probe and rank 0's bind
+            if attempt == 2 or "address already in use" not in exc.message.lower():
+                raise
+    raise AssertionError("unreachable")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch_once(
+    fn: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, device: str, timeout: float, port: int
+) -> list[Any]:
     ctx = _context()
-    store = dist.TCPStore(
-        "127.0.0.1",
-        0,
-        world_size + 1,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout),
-    )
     procs, conns = [], []
     for rank in range(world_size):
         recv, send = ctx.Pipe(duplex=False)
         p = ctx.Process(
             target=_rank_main,
             daemon=True,
-            args=(rank, world_size, store.port, device, send, fn, args, kwargs, timeout),
+            args=(rank, world_size, port, device, send, fn, args, kwargs, timeout),
         )
         p.start()
         send.close()
@@ -148,7 +168,16 @@ def launch(
             p.join(timeout=5)
         for c in conns:
             c.close()
-        del store
+
+
+def _receive(rank: int, proc: Any, conn: Connection) -> tuple[str, Any]:
+    """A rank's message; a rank that died without one (segfault, os._exit, OOM killer) as an error."""
+    try:
+        return pickle.loads(conn.recv_bytes())
+    except EOFError:
+        proc.join(timeout=1)
+        reason = f"exited with code {proc.exitcode} before returning"
+        return "error", ("ProcessDied", reason, "", time.time())
 
 
 def _collect(procs: list, conns: list[Connection], timeout: float) -> list[Any]:
@@ -161,14 +190,30 @@ def _collect(procs: list, conns: list[Connection], timeout: float) -> list[Any]:
             raise LaunchTimeout(timeout, sorted(pending))
         waitables = [conns[r] for r in pending] + [procs[r].sentinel for r in pending]
         ready = wait(waitables, timeout=min(remaining, 1.0))
+        errors = {}
         for rank in sorted(pending):
-            if conns[rank] in ready or (procs[rank].sentinel in ready and conns[rank].poll()):
-                status, payload = pickle.loads(conns[rank].recv_bytes())
+            if conns[rank] in ready or procs[rank].sentinel in ready:
+                status, payload = _receive(rank, procs[rank], conns[rank])
                 if status == "error":
-                    raise RankError(rank, *payload)
-                results[rank] = payload
+                    errors[rank] = payload
+                else:
+                    results[rank] = payload
                 pending.discard(rank)
-            elif procs[rank].sentinel in ready:
-                code = procs[rank].exitcode
-                raise RankError(rank, "ProcessDied", f"exited with code {code} before returning", "")
+        if errors:
+            raise _root_cause(errors, procs, conns, pending)
     return results
+
+
+def _root_cause(errors: dict, procs: list, conns: list[Connection], pending: set[int]) -> RankError:
+    """The earliest error: when one rank fails, its peers' collectives fail right after it."""
+    grace = time.monotonic() + 0.5
+    while pending and time.monotonic() < grace:
+        for rank in sorted(pending):
+            if conns[rank].poll(0.01):
+                status, payload = _receive(rank, procs[rank], conns[rank])
+                pending.discard(rank)
+                if status == "error":
+                    errors[rank] = payload
+    rank = min(errors, key=lambda r: errors[r][3])
+    exc_type, message, tb, _ = errors[rank]
+    return RankError(rank, exc_type, message, tb)

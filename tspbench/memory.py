@@ -33,6 +33,8 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from tspbench import comm
+
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")
 # A storage seen again under another category moves only along these edges: parameters and
 # optimizer state never move (autograd saves weight views too), a saved buffer can become a
@@ -48,9 +50,14 @@ class MemoryReport:
     by_category: dict[str, int] = field(default_factory=dict)
     reserved_bytes: int | None = None
     method: str = "cpu-dispatch"
+    phase: str = ""  # the step phase (forward, backward, optimizer) the peak fell in
 
     def to_record(self, prefix: str = "peak_memory") -> dict[str, object]:
-        record: dict[str, object] = {f"{prefix}_bytes": self.peak_bytes, f"{prefix}_method": self.method}
+        record: dict[str, object] = {
+            f"{prefix}_bytes": self.peak_bytes,
+            f"{prefix}_method": self.method,
+            f"{prefix}_phase": self.phase,
+        }
         for cat in CATEGORIES:
             record[f"{prefix}_{cat}_bytes"] = self.by_category.get(cat, 0)
         if self.reserved_bytes is not None:
@@ -58,15 +65,9 @@ class MemoryReport:
         return record
 
 
-try:  # unwraps DTensor and async collective tensors
-    from torch.distributed._tools.common_utils import get_untyped_storages
-except ImportError:  # pragma: no cover - older torch
-    get_untyped_storages = None
-
-
 def _storages(t: Tensor) -> list[torch.UntypedStorage]:
-    if get_untyped_storages is not None:
-        return list(get_untyped_storages(t))
+    """The storage behind ``t``. (tspbench never builds DTensors or async collective tensors, so
+    torch.distributed._tools' unwrapping, which costs 2.4 s to import, is not needed.)"""
     return [t.untyped_storage()]
 
 
@@ -84,7 +85,10 @@ class MemoryTracker(TorchDispatchMode):
         self.peak = 0
         self.totals = dict.fromkeys(CATEGORIES, 0)
         self.peak_totals = dict(self.totals)
-        self._entries: dict[int, list] = {}  # data_ptr -> [nbytes, category, finalizer]
+        self.peak_phase = ""
+        self.peak_seq = 0  # allocation number of the storage that set the peak
+        self._seq = 0
+        self._entries: dict[int, list] = {}  # data_ptr -> [nbytes, category, finalizer, number]
 
     # ---- bookkeeping
     def _add(self, storage: torch.UntypedStorage, category: str) -> None:
@@ -99,12 +103,15 @@ class MemoryTracker(TorchDispatchMode):
             return
         finalizer = weakref.finalize(storage, self._free, ptr)
         finalizer.atexit = False
-        self._entries[ptr] = [nbytes, category, finalizer]
+        self._seq += 1
+        self._entries[ptr] = [nbytes, category, finalizer, self._seq]
         self.live += nbytes
         self.totals[category] += nbytes
         if self.live > self.peak:
             self.peak = self.live
             self.peak_totals = dict(self.totals)
+            self.peak_phase = comm.current_phase()
+            self.peak_seq = self._seq
         if self.capacity_bytes is not None and self.live > self.capacity_bytes:
             raise torch.OutOfMemoryError(
                 f"simulated device capacity exceeded: {self.live:,} bytes live after allocating "
@@ -112,8 +119,15 @@ class MemoryTracker(TorchDispatchMode):
             )
 
     def _move(self, entry: list, category: str) -> None:
-        self.totals[entry[1]] -= entry[0]
-        self.totals[category] += entry[0]
+        """Recategorise a live storage. If it was alive at the last peak, the peak's breakdown
+        moves too: a tensor is what it turned out to be (a gradient adopted by autograd, a buffer
+        saved for backward), even when that is known only after the peak-setting allocation."""
+        nbytes, old = entry[0], entry[1]
+        self.totals[old] -= nbytes
+        self.totals[category] += nbytes
+        if entry[3] <= self.peak_seq:
+            self.peak_totals[old] -= nbytes
+            self.peak_totals[category] += nbytes
         entry[1] = category
 
     def _free(self, ptr: int) -> None:
@@ -148,9 +162,11 @@ class MemoryTracker(TorchDispatchMode):
     def reset_peak(self) -> None:
         self.peak = self.live
         self.peak_totals = dict(self.totals)
+        self.peak_phase = comm.current_phase()
+        self.peak_seq = self._seq
 
     def report(self) -> MemoryReport:
-        return MemoryReport(self.peak, dict(self.peak_totals), None, "cpu-dispatch")
+        return MemoryReport(self.peak, dict(self.peak_totals), None, "cpu-dispatch", self.peak_phase)
 
     @contextmanager
     def track_autograd(self, model: nn.Module) -> Iterator[None]:

@@ -20,7 +20,7 @@ from torch import Tensor
 from tspbench.comm import CommRecord, summarize
 from tspbench.launch import launch
 from tspbench.mesh import Layout
-from tspbench.reference import Reference
+from tspbench.reference import Reference, single_threaded
 from tspbench.runner import RankRun
 from tspbench.strategy import Workload, check_layout
 
@@ -90,14 +90,16 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
 def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) -> ModeResult:
     """Run one mode of ``workload`` under ``layout`` and against the reference."""
     cls = check_layout(layout, workload)
-    reference = Reference(workload, layout.dp * workload.batch)
-    ref_logits = reference.logits()
+    with single_threaded():
+        reference = Reference(workload, layout.dp * workload.batch)
+        ref_logits = reference.logits()
+        if workload.mode == "train":
+            ref_loss = reference.train_step()
     ranks = launch(_rank_validate, layout.world_size, layout, workload, timeout=timeout)
     got = ranks[0]
     errors = {"logits": rel_err(got["logits"], ref_logits)}
     worst_param = ""
     if workload.mode == "train":
-        ref_loss = reference.train_step()
         errors["loss"] = rel_err(torch.tensor(got["loss"], dtype=torch.float64), ref_loss)
         errors["grads"], worst_param = worst(got["grads"], reference.tensors(grads=True))
         errors["params_after_step"], worst_after = worst(got["params"], reference.tensors())

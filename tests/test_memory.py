@@ -1,0 +1,214 @@
+"""The exact CPU MemoryTracker against peaks derived by hand, to the byte.
+
+All tensors are float32 (4 bytes) unless stated. Sizes are chosen so every candidate peak in a
+derivation differs from the others.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from tspbench.memory import MemoryTracker, persistent_bytes, tracked
+from tspbench.model import ModelConfig
+from tspbench.reference import Reference
+from tspbench.strategy import Workload
+
+
+def test_allocations_views_and_in_place_ops() -> None:
+    with MemoryTracker() as t:
+        a = torch.empty(1000)  # 4000 B                                   live 4000
+        b = torch.empty(500, dtype=torch.float64)  # 4000 B               live 8000  <- peak
+        views = [a.view(10, 100), a[:500], a[::2], a.view(10, 100).t(), a.expand(3, 1000)]
+        a.add_(1)
+        views[1].mul_(2)  # views and in-place ops allocate nothing      live 8000
+        assert t.live == 8000
+        del b  #                                                          live 4000
+        assert t.live == 4000
+        c = views[1].clone()  # a copy of a 500-element view: 2000 B      live 6000
+        assert t.live == 6000
+        del a  # its views still hold the storage                         live 6000
+        assert t.live == 6000
+        del views  #                                                      live 2000
+        assert t.live == 2000
+        del c  #                                                          live 0
+    assert t.live == 0
+    assert t.peak == 8000
+    assert t.report().peak_bytes == 8000
+
+
+def test_registered_tensors_count_once() -> None:
+    x = torch.empty(256)  # 1024 B, exists before the tracker
+    t = MemoryTracker()
+    t.register([x, x.view(16, 16), x[:10]], "other")
+    assert t.live == t.peak == 1024
+    with t:
+        y = x * 2  # 1024 B
+        x.add_(y)  # in place on a registered tensor: nothing new
+    assert t.peak == 2048
+    del y
+    assert t.live == 1024
+
+
+def _mlp_step(tracker: MemoryTracker) -> tuple[int, dict[str, int], dict[str, int], int]:
+    """A 2-layer MLP forward + backward under ``tracker``: (forward peak, totals after forward,
+    totals after backward, live bytes after backward).
+
+    Sizes (float32, batch 2):  x [2, 8] = 64 B   W1 [32, 8] = 1024 B   W2 [4, 32] = 512 B
+                               h = x W1^T, r = relu(h) [2, 32] = 256 B each   y [2, 4] = 32 B
+
+    Forward (params 1536 + x 64 = 1600 before):
+        h = mm(x, W1^T)     +256  1856
+        r = relu(h)         +256  2112   <- forward peak (h is still alive while r is made)
+        h dies              -256  1856   (relu saves its output r; mm saved x and W1)
+        y = mm(r, W2^T)     +32   1888
+        loss = y.sum()      +4    1892
+        y dies              -32   1860   end of forward: params 1536, x 64, r 256, loss 4
+    Backward (whatever the order of W2.grad and grad_r):
+        seed dloss          +4
+        W2.grad [4, 32]     +512
+        grad_r [2, 32]      +256
+        grad_h [2, 32]      +256  2888   (threshold_backward)
+        grad_r, r die       -512  2376
+        W1.grad [32, 8]     +1024 3400   <- peak: params 1536 + x 64 + loss 4 + seed 4
+                                            + W2.grad 512 + grad_h 256 + W1.grad 1024
+        grad_h, seed die    -260  3140   end: params 1536, grads 1536, x 64, loss 4
+    """
+    gen = torch.Generator().manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(8, 32, bias=False), nn.ReLU(), nn.Linear(32, 4, bias=False))
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    x = torch.randn(2, 8, generator=gen)
+    with tracker:
+        tracker.register_model(mlp)
+        tracker.register([x], "other")
+        tracker.reset_peak()
+        with tracker.track_autograd(mlp):
+            loss = mlp(x).sum()
+            forward_peak = tracker.peak
+            tracker.mark_activations()
+            after_forward = dict(tracker.totals)
+            loss.backward()
+    return forward_peak, after_forward, dict(tracker.totals), tracker.live
+
+
+def test_mlp_peak_by_hand() -> None:
+    t = MemoryTracker()
+    forward_peak, after_forward, after_backward, live = _mlp_step(t)
+    assert forward_peak == 2112
+    assert t.peak == 3400
+    assert live == 3140
+    assert after_forward == {
+        "parameters": 1536,
+        "gradients": 0,
+        "optimizer": 0,
+        "activations": 324,
+        "other": 0,
+    }
+    # r was freed by backward; x and the loss are still referenced by the caller.
+    assert after_backward == {
+        "parameters": 1536,
+        "gradients": 1536,
+        "optimizer": 0,
+        "activations": 68,
+        "other": 0,
+    }
+    report = t.report()
+    assert report.peak_bytes == 3400
+    assert sum(report.by_category.values()) == 3400
+    assert report.by_category["parameters"] == 1536
+    assert report.to_record()["peak_memory_bytes"] == 3400
+
+
+def test_mlp_peak_breakdown_counts_the_new_gradient_as_gradient() -> None:
+    t = MemoryTracker()
+    _mlp_step(t)
+    # At the peak: W2.grad 512 and the just-made W1.grad 1024 are gradients; the seed gradient
+    # (4) and grad_h (256) are working buffers; x (64, saved by mm) and the loss (4, alive at
+    # mark_activations) are activations.
+    assert t.report().by_category == {
+        "parameters": 1536,
+        "gradients": 1536,
+        "optimizer": 0,
+        "activations": 68,
+        "other": 260,
+    }
+
+
+def test_mlp_peak_is_deterministic() -> None:
+    a, b = MemoryTracker(), MemoryTracker()
+    _mlp_step(a)
+    _mlp_step(b)
+    assert a.report() == b.report()
+    assert a.totals == b.totals
+
+
+def test_register_model_categories() -> None:
+    model = nn.Linear(16, 8, bias=True)  # 128 + 8 floats = 544 B
+    opt = torch.optim.AdamW(model.parameters(), foreach=False)
+    model(torch.ones(2, 16)).sum().backward()
+    opt.step()  # exp_avg and exp_avg_sq: 2 x 544 B (the 0-dim step counters are not counted)
+    with tracked(model, opt) as t:
+        pass
+    assert t.totals == {"parameters": 544, "gradients": 544, "optimizer": 1088, "activations": 0, "other": 0}
+    assert t.peak == 544 * 4
+    assert persistent_bytes(model, opt) == {"parameters": 544, "gradients": 544, "optimizer": 1088}
+
+
+def test_capacity_raises_torch_out_of_memory_exactly_above_it() -> None:
+    t = MemoryTracker(capacity_bytes=8000)
+    with t:
+        a = torch.empty(1000)
+        b = torch.empty(1000)  # exactly at capacity: fine
+        assert t.live == 8000
+        with pytest.raises(torch.OutOfMemoryError) as info:
+            torch.empty(1, dtype=torch.uint8)
+    assert isinstance(info.value, torch.OutOfMemoryError)
+    assert "capacity" in str(info.value)
+    del a, b
+
+
+def test_capacity_at_the_measured_peak_passes_one_byte_less_fails() -> None:
+    _mlp_step(MemoryTracker(capacity_bytes=3400))  # does not raise
+    with pytest.raises(torch.OutOfMemoryError):
+        _mlp_step(MemoryTracker(capacity_bytes=3399))
+
+
+def test_tracker_overhead_on_a_tiny_training_step() -> None:
+    """Prints the tracker's cost; asserts only that it does not change the numbers.
+
+    One thread, as on a launched rank: two threads on this 2-core machine make the timing swing
+    by 10x whenever anything else runs.
+    """
+    workload = Workload(ModelConfig.preset("tiny"), seq_len=128, dtype="float32")
+    plain, measured = Reference(workload, n_seqs=2), Reference(workload, n_seqs=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        plain.train_step(), measured.train_step()  # warm-up (optimizer state appears)
+        times_plain, times_tracked = [], []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            loss_plain = plain.train_step()
+            times_plain.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with (
+                tracked(measured.model, measured.optimizer) as tracker,
+                tracker.track_autograd(measured.model),
+            ):
+                loss_tracked = measured.train_step()
+            times_tracked.append(time.perf_counter() - t0)
+            assert torch.equal(loss_plain, loss_tracked)
+            assert tracker.peak > tracker.totals["parameters"] + tracker.totals["optimizer"]
+    finally:
+        torch.set_num_threads(threads)
+    plain_ms, tracked_ms = statistics.median(times_plain) * 1e3, statistics.median(times_tracked) * 1e3
+    print(
+        f"\nMemoryTracker overhead, tiny step (seq 128, 2 seqs, 1 thread): {tracked_ms / plain_ms:.2f}x "
+        f"(median {plain_ms:.1f} ms -> {tracked_ms:.1f} ms)"
+    )
