@@ -18,13 +18,12 @@ from tspbench.zigzag import ZigzagAttention
 
 def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traffic]:
     """The K and V all-gathers of every layer over ``axis`` and their backward reduce-scatters."""
-    n = strategy.mesh.size(axis)
     msg = strategy.local_batch * strategy.workload.seq_len * kv_heads * strategy.config.head_dim
     msg *= strategy.workload.element_size
     count = 2 * strategy.config.n_layers
-    out = [Traffic("all_gather", n, msg, count, "forward", "core")]
+    out = [Traffic("all_gather", (axis,), msg, count, "forward", "core")]
     if strategy.workload.mode == "train":
-        out.append(Traffic("reduce_scatter", n, msg, count, "backward"))
+        out.append(Traffic("reduce_scatter", (axis,), msg, count, "backward"))
     return out
 
 

@@ -19,6 +19,7 @@ With Megatron-SP the norms see a sequence shard, so their gradients are all-redu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 
 from tspbench import comm
 from tspbench.comm import Group
+from tspbench.memory_model import ActivationTerms, Shapes, autograd_terms
 from tspbench.mesh import Layout, LayoutError
 from tspbench.model import Transformer, upcast
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, Workload, divisible, register
@@ -129,6 +131,22 @@ class TensorParallel(Strategy):
             return Placement((Piece(name),), reduce=reduce)
         return Placement((Piece(name, dim),), axis="tp", reduce=reduce)
 
+    def shapes(self) -> Shapes:
+        t, base = self.mesh.size("tp"), super().shapes()
+        stream = base.tokens // t if self.workload.megatron_sp else base.tokens
+        return replace(
+            base,
+            stream_tokens=stream,
+            q=base.q // t,
+            kv=base.kv // t,
+            ffn=base.ffn // t,
+            vocab=base.vocab // t,
+            heads=base.heads // t,
+        )
+
+    def activation_terms(self) -> ActivationTerms:
+        return autograd_terms(self.shapes(), self.workload.megatron_sp, vocab_parallel=True)
+
     def transform(self, model: Transformer) -> None:
         tp, cfg = self.group("tp"), self.config
         if self.workload.megatron_sp:
@@ -146,27 +164,26 @@ class TensorParallel(Strategy):
         model.head = VocabParallelHead(rows, cfg.hidden, start, tp, enter)
 
     def traffic(self) -> list[Traffic]:
-        t, cfg, train = self.mesh.size("tp"), self.config, self.workload.mode == "train"
+        cfg, train = self.config, self.workload.mode == "train"
         tokens = self.local_batch * self.local_seq
         a = tokens * cfg.hidden * self.workload.element_size
-        L = cfg.n_layers
+        L, tp = cfg.n_layers, ("tp",)
         if self.workload.megatron_sp:
             enter, leave = ("all_gather", "reduce_scatter"), ("reduce_scatter", "all_gather")
         else:
             enter, leave = (None, "all_reduce"), ("all_reduce", None)
         out = [
-            Traffic(leave[0], t, a, 1, "forward", "model"),  # embedding output
-            Traffic(leave[0], t, a, L, "forward", "block"),  # attention output
-            Traffic(leave[0], t, a, L, "forward", "block_end"),  # MLP output
-            Traffic(enter[0], t, a, 2 * L, "forward", "block"),
-            Traffic(enter[0], t, a, 1, "forward", "model"),
-        ]  # head input
+            Traffic(leave[0], tp, a, 1, "forward", "model"),  # embedding output
+            Traffic(leave[0], tp, a, L, "forward", "block"),  # attention output
+            Traffic(leave[0], tp, a, L, "forward", "block_end"),  # MLP output
+            Traffic(enter[0], tp, a, 2 * L, "forward", "block"),
+            Traffic(enter[0], tp, a, 1, "forward", "model"),  # head input
+        ]
         if train:
+            ce = tokens * max(self.workload.element_size, 4)
             out += [
-                Traffic(leave[1], t, a, 1, "backward"),
-                Traffic(leave[1], t, a, 2 * L, "backward"),
-                Traffic(enter[1], t, a, 2 * L, "backward"),
-                Traffic(enter[1], t, a, 1, "backward"),
-                Traffic("all_reduce", t, tokens * max(self.workload.element_size, 4), 3, "forward", "model"),
+                Traffic(leave[1], tp, a, 1 + 2 * L, "backward"),
+                Traffic(enter[1], tp, a, 2 * L + 1, "backward"),
+                Traffic("all_reduce", tp, ce, 3, "forward", "model"),  # max, target logit, sum of exp
             ]
         return [x for x in out if x.op is not None]

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from strategies.tsp_attention import AttentionSpec, TSPAttention
 from strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
+from tspbench.flops import FlopTerms, block_gemm_flops, zigzag_rectangle
+from tspbench.memory_model import ActivationTerms
 from tspbench.mesh import Layout
 from tspbench.model import Transformer
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, Workload, divisible, register
@@ -76,27 +78,85 @@ class FoldedParallel(Strategy):
         model.embed = RingEmbedding(cfg.vocab_size // d, cfg.hidden, ring)
         model.head = RingHead(cfg.vocab_size // d, cfg.hidden, ring)
 
+    def activation_terms(self) -> ActivationTerms:
+        """Saved per block: x, x_mid, both normed inputs, q, k, v of every head block (together
+        the size of the whole q, k, v projections of the local tokens) and h1, h3 of every MLP
+        shard; never gathered K/V, never another rank's weights. Working memory: two weight
+        shards in flight, one head block's gathered K/V (and its gradients in backward)."""
+        s, d = self.shapes(), self.mesh.size("tsp")
+        B, T, e = s.batch, s.tokens, s.elt
+        stream = s.act(T, s.hidden)
+        none = 4 * stream + 2 * B * T * s.stat + s.act(T, s.q) + 2 * s.act(T, s.kv) + 2 * s.act(T, s.ffn)
+        attn_shard = (2 * s.q + 2 * s.kv) // d * s.hidden * e
+        mlp_shard = 3 * s.ffn // d * s.hidden * e
+        vocab_shard = s.vocab // d * s.hidden * e
+        kv_block = 2 * s.act(s.seq, s.kv // d)  # K and V of one head block, whole sequence
+        block = s.act(T, s.q // d)
+        attn_fwd = 2 * attn_shard + 2 * kv_block + 5 * block + stream
+        mlp_fwd = 2 * mlp_shard + 4 * s.act(T, s.ffn // d) + stream
+        attn_bwd = 3 * attn_shard + 3 * kv_block + 6 * block + stream
+        mlp_bwd = 4 * mlp_shard + 6 * s.act(T, s.ffn // d) + stream
+        logits = B * T * (s.vocab // d) * max(e, 4)
+        return ActivationTerms(
+            saved_layer={"none": none, "selective": none, "full": stream},
+            stream=stream,
+            forward_work=stream + max(attn_fwd, mlp_fwd),
+            backward_work=max(attn_bwd, mlp_bwd),
+            fixed_saved=2 * T * (s.q // s.heads) * e + B * T * 8,
+            head_saved=2 * stream + 2 * B * T * s.stat + B * T * 8,
+            head_forward_work=2 * vocab_shard + 2 * logits,
+            head_backward_work=3 * vocab_shard + 2 * logits + stream,
+            prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + 2 * vocab_shard,
+        )
+
+    def flop_terms(self) -> FlopTerms:
+        """Every rank projects its own tokens with every shard (whole widths, local tokens).
+        Backward: GEMMs 2x forward, the attention core recomputed then differentiated (1 + 2.5
+        forwards), and the LM head's logits recomputed (3x forward instead of 2x)."""
+        s = self.shapes()
+        attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
+        core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
+        head = 2 * s.batch * s.tokens * s.hidden * s.vocab
+        L = s.layers
+        if self.workload.mode != "train":
+            return FlopTerms(L * (attn_gemm + mlp_gemm) + head, L * core)
+        gemm, attention = 3 * L * (attn_gemm + mlp_gemm) + 4 * head, 4.5 * L * core
+        if self.workload.recompute == "full":
+            gemm, attention = gemm + L * (attn_gemm + mlp_gemm), attention + L * core
+        return FlopTerms(gemm, attention)
+
     def traffic(self) -> list[Traffic]:
+        """Weights move on channel 1 and hide behind compute; K/V and gradients use channel 0.
+        The K/V gathers and their reduce-scatters are on the critical path."""
         cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
         train = self.workload.mode == "train"
         attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
         kv = 2 * self.local_batch * self.workload.seq_len * cfg.kv_hidden // d * elt
         mlp_shard = 3 * cfg.ffn_hidden // d * cfg.hidden * elt
         vocab_shard = cfg.vocab_size // d * cfg.hidden * elt
+        ax = ("tsp",)
+
+        def weights(
+            op: str, nbytes: int, count: int, phase: str = "backward", scope: str = "block"
+        ) -> Traffic:
+            return Traffic(op, ax, nbytes, count, phase, scope, hidden=True, channel=1)
+
         out = [
-            Traffic("broadcast", d, attn_shard, d * L, "forward", "block"),
-            Traffic("all_gather", d, kv, d * L, "forward", "block"),
-            Traffic("send_recv", d, mlp_shard, (d - 1) * L, "forward", "block"),
-            Traffic("send_recv", d, vocab_shard, 2 * (d - 1), "forward", "model"),  # embedding, head
+            weights("broadcast", attn_shard, d * L, "forward"),
+            Traffic("all_gather", ax, kv, d * L, "forward", "block"),
+            weights("send_recv", mlp_shard, (d - 1) * L, "forward"),
+            weights("send_recv", vocab_shard, 2 * (d - 1), "forward", "model"),  # embedding, head
         ]
         if train:
+            accumulators = Traffic("send_recv", ax, mlp_shard, d * L, "backward", hidden=True)
             out += [
-                Traffic("broadcast", d, attn_shard, d * L, "backward"),
-                Traffic("all_gather", d, kv, d * L, "backward"),
-                Traffic("reduce_scatter", d, kv, d * L, "backward"),
-                Traffic("reduce", d, attn_shard, d * L, "backward"),
-                Traffic("send_recv", d, mlp_shard, (2 * d - 1) * L, "backward"),  # shards + accumulators
-                Traffic("send_recv", d, vocab_shard, d, "backward"),  # embedding accumulators
-                Traffic("send_recv", d, vocab_shard, 2 * d - 1, "backward"),  # head shards + accumulators
+                weights("broadcast", attn_shard, d * L),
+                Traffic("all_gather", ax, kv, d * L, "backward"),
+                Traffic("reduce_scatter", ax, kv, d * L, "backward"),
+                Traffic("reduce", ax, attn_shard, d * L, "backward", hidden=True),
+                weights("send_recv", mlp_shard, (d - 1) * L),
+                accumulators,
+                Traffic("send_recv", ax, vocab_shard, 2 * d, "backward", hidden=True),  # embed, head acc
+                weights("send_recv", vocab_shard, d - 1),  # head shards
             ]
         return out

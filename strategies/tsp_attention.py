@@ -95,7 +95,9 @@ def _gather_kv(k: Tensor, v: Tensor, group: Group) -> tuple[Tensor, Tensor]:
 
 class _BroadcastAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, shard: Tensor, cos: Tensor, sin: Tensor, spec: AttentionSpec) -> Tensor:
+    def forward(
+        ctx, x: Tensor, shard: Tensor, cos: Tensor, sin: Tensor, spec: AttentionSpec, keep: bool
+    ) -> Tensor:
         kv_group, d = spec.kv_group, spec.head_dim
         fetch = Fetch(shard.detach(), spec.w_group, spec.overlap)
         y = torch.zeros_like(x)
@@ -109,7 +111,7 @@ class _BroadcastAttention(torch.autograd.Function):
             o = zigzag_causal_attention(q, keys, values, kv_group.size, kv_group.rank)
             del keys, values
             y.view(-1, y.shape[-1]).addmm_(_flat(o).flatten(0, 1), wo_t)
-            saved += [q, k, v]
+            saved += [q, k, v] if keep else []
         ctx.save_for_backward(x, cos, sin, shard, *saved)
         ctx.spec = spec
         return y
@@ -152,7 +154,7 @@ class _BroadcastAttention(torch.autograd.Function):
             if not spec.overlap:
                 in_flight[1].wait()
         own_grad = _settle(in_flight, own_grad, me)
-        return dx, own_grad, None, None, None
+        return dx, own_grad, None, None, None, None
 
 
 def _settle(in_flight: tuple[int, comm.Pending], own_grad: Tensor | None, me: int) -> Tensor | None:
@@ -170,4 +172,5 @@ class TSPAttention(nn.Module):
         self.spec = spec
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        return _BroadcastAttention.apply(x, self.shard, *rope, self.spec)
+        # Function.forward runs with grad disabled; pass whether a backward will follow (prefill: no).
+        return _BroadcastAttention.apply(x, self.shard, *rope, self.spec, torch.is_grad_enabled())

@@ -85,15 +85,15 @@ class _RingMLP(torch.autograd.Function):
     """x [B, T, h] -> y [B, T, h]. Saves x and h1, h3 [B, T, f/D] of every shard."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, shard: Tensor, ring: Ring) -> Tensor:
+    def forward(ctx, x: Tensor, shard: Tensor, ring: Ring, keep: bool) -> Tensor:
         y = torch.zeros_like(x)
-        hidden = [None] * ring.w_group.size
+        hidden: list = [()] * ring.w_group.size
 
         def apply(s: int, w: Tensor) -> None:
             w1, w3, w2_t = w.chunk(3, dim=0)
             h1, h3 = x @ w1.t(), x @ w3.t()
             y.view(-1, y.shape[-1]).addmm_((F.silu(h1) * h3).flatten(0, 1), w2_t)
-            hidden[s] = (h1, h3)
+            hidden[s] = (h1, h3) if keep else ()
 
         ring.visit(shard.detach(), apply)
         ctx.save_for_backward(x, shard, *[t for pair in hidden for t in pair])
@@ -116,7 +116,7 @@ class _RingMLP(torch.autograd.Function):
             return torch.cat([dh1.t() @ x2, dh3.t() @ x2, a.t() @ dy2])
 
         grad = ctx.ring.visit_backward(shard.detach(), partial)
-        return dx, grad, None
+        return dx, grad, None, None
 
 
 class RingMLP(nn.Module):
@@ -128,7 +128,7 @@ class RingMLP(nn.Module):
         self.ring = ring
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        return _RingMLP.apply(x, self.shard, self.ring)
+        return _RingMLP.apply(x, self.shard, self.ring, torch.is_grad_enabled())  # prefill keeps nothing
 
 
 # ----------------------------------------------------------------------------- embedding

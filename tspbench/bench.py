@@ -31,7 +31,8 @@ def _rank_bench(
     layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None
 ) -> dict:
     run = RankRun(layout, workload)
-    for _ in range(warmup):
+    flops = run.counted_flops()  # counts as the first warm-up step
+    for _ in range(warmup - 1):
         run.step()
     measured = run.measured_step(capacity_bytes)
     times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
@@ -43,6 +44,7 @@ def _rank_bench(
         "comm": measured.comm,
         "memory": measured.memory,
         "state": measured.state,
+        "flops": flops,
     }
 
 
@@ -96,6 +98,7 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": peaks,
         **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
+        "hardware_flops_per_step_per_gpu": max(r["flops"] or 0 for r in ranks),
         **comm_fields(busiest["comm"]),
     }
 

@@ -12,6 +12,12 @@ separately). Training = 3 x forward (backward = 2 x forward).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
+
+from tspbench.memory_model import Shapes
 from tspbench.model import ModelConfig
 
 
@@ -29,3 +35,80 @@ def model_flops_per_step(cfg: ModelConfig, n_seqs: int, seq_len: int, mode: str)
     """Model FLOPs of one step over ``n_seqs`` sequences (train: forward + backward)."""
     factor = 3 if mode == "train" else 1
     return factor * n_seqs * forward_flops_per_sequence(cfg, seq_len)
+
+
+# ----------------------------------------------------------------------------- hardware FLOPs
+
+
+@dataclass
+class FlopTerms:
+    """Hardware FLOPs of one step on one rank: what the kernels are asked to do."""
+
+    gemm: float
+    attention: float
+
+    @property
+    def total(self) -> float:
+        return self.gemm + self.attention
+
+
+def zigzag_rectangle(tokens: int, seq: int, parts: int) -> float:
+    """Query x key area one rank's attention calls cover: T^2 unsharded (a dense causal call is
+    counted whole), C^2 (2P + 1) with zigzag chunks of C = S / 2P (the same on every rank)."""
+    if parts == 1:
+        return float(tokens * tokens)
+    c = seq / (2 * parts)
+    return c * c * (2 * parts + 1)
+
+
+def block_gemm_flops(s: Shapes, q: int, kv: int, ffn: int) -> tuple[float, float]:
+    """Forward GEMM FLOPs of one block's (attention, MLP) on B x T local tokens."""
+    bt = s.batch * s.tokens
+    return 2 * bt * s.hidden * (2 * q + 2 * kv), 6 * bt * s.hidden * ffn
+
+
+def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:
+    """dp, tp, sp, tp_sp: backward = 2x forward GEMMs and 2.5x forward attention (flash
+    backward recomputes the scores); selective recomputation re-runs the attention core, full
+    re-runs the block's forward up to its last saving op (the MLP output GEMM is skipped)."""
+    attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
+    core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
+    head = 2 * s.batch * s.tokens * s.hidden * s.vocab
+    L = s.layers
+    if mode != "train":
+        return FlopTerms(L * (attn_gemm + mlp_gemm) + head, L * core)
+    gemm, attention = 3 * (L * (attn_gemm + mlp_gemm) + head), 3.5 * L * core
+    if recompute in ("selective", "full"):
+        attention += L * core
+    if recompute == "full":
+        gemm += L * (attn_gemm + mlp_gemm * 2 / 3)
+    return FlopTerms(gemm, attention)
+
+
+_REGISTERED = False
+
+
+def register_cpu_attention_flops() -> None:
+    """Teach torch's FlopCounterMode the ops it misses: the CPU flash-attention kernels (it counts
+    only GPU ones) and in-place ``addmm_`` (TSP accumulates its output projections with it)."""
+    global _REGISTERED
+    forward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    backward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if _REGISTERED or forward is None or backward is None:
+        return
+
+    @register_flop_formula(torch.ops.aten.addmm_)
+    def _addmm_(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+    @register_flop_formula(forward)
+    def _forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    @register_flop_formula(backward)
+    def _backward(
+        grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+    ) -> int:
+        return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+    _REGISTERED = True

@@ -10,20 +10,24 @@ The train step is the same for every strategy:
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from tspbench import comm
+from tspbench.flops import register_cpu_attention_flops
 from tspbench.launch import local_device
 from tspbench.memory import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
 from tspbench.mesh import Layout, LayoutError, Mesh
 from tspbench.optim import build_optimizer
 from tspbench.reference import make_batch
 from tspbench.strategy import LocalBatch, Strategy, Workload, get_strategy
+
+register_cpu_attention_flops()
 
 
 @dataclass
@@ -91,25 +95,31 @@ class RankRun:
             return self.strategy.logits(self.model, self.batch)
 
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
-        """One step with collectives counted and peak memory measured (exact tracker on CPU)."""
-        with ExitStack() as stack:
-            log = stack.enter_context(comm.counting())
+        """One step with collectives counted and peak memory measured (the exact tracker on CPU,
+        the allocator on CUDA)."""
+        with comm.counting() as log:
             if self.device.type == "cuda":
-                peak = stack.enter_context(CudaPeak(self.device))
-                out = self.step()
-                stack.close()
+                with CudaPeak(self.device) as peak:
+                    out = self.step()
                 memory = peak.report(persistent_bytes(self.model, self.optimizer))
             else:
-                tracker = MemoryTracker(capacity_bytes)
-                stack.enter_context(tracker)
-                tracker.register_model(self.model, self.optimizer)
-                tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
-                tracker.reset_peak()
-                out = self.step(tracker)
+                with MemoryTracker(capacity_bytes) as tracker:
+                    tracker.register_model(self.model, self.optimizer)
+                    tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
+                    tracker.reset_peak()
+                    out = self.step(tracker)
                 memory = tracker.report()
         loss = out.item() if self.train else None
         state = persistent_bytes(self.model, self.optimizer)
         return StepMeasurement(loss, list(log.records), memory, out, state)
+
+    def counted_flops(self) -> int:
+        """FLOPs of one step on this rank, by torch's FlopCounterMode. A step of its own: the
+        counter's module hooks keep tensors alive under recomputation, so it must never share
+        a step with the memory measurement."""
+        with FlopCounterMode(display=False) as counter:
+            self.step()
+        return counter.get_total_flops()
 
     def timed_steps(self, n: int) -> list[float]:
         """Wall time of ``n`` steps, each the slowest rank's (barrier before, max after)."""

@@ -23,6 +23,8 @@ from torch import Tensor, nn
 
 from tspbench import comm
 from tspbench.comm import CommRecord, Group
+from tspbench.flops import FlopTerms, autograd_flops
+from tspbench.memory_model import ActivationTerms, MemoryPrediction, Shapes, autograd_terms, predict_memory
 from tspbench.mesh import AXES, Layout, LayoutError, Mesh
 from tspbench.model import RECOMPUTE_MODES, ModelConfig, Transformer, reference_parameter
 from tspbench.optim import DTYPES
@@ -102,8 +104,10 @@ class Placement:
 
 @dataclass(frozen=True)
 class Traffic:
-    """A collective a strategy issues in a step, for its analytic count.
+    """A collective a strategy issues in a step, for its analytic count and time.
 
+    ``axes`` name the group (its size follows from the layout; ``channel`` > 0 is a second
+    communicator over the same ranks). ``hidden`` says the schedule overlaps it with compute.
     ``scope`` says what recomputation repeats it: "core" (inside the attention core: selective
     and full recomputation re-issue it in backward), "block" (inside a decoder block: full
     recomputation re-issues it), "block_end" (the block's last op: torch's checkpoint stops
@@ -112,27 +116,24 @@ class Traffic:
     """
 
     op: str
-    group_size: int
+    axes: tuple[str, ...]
     msg_bytes: int
     count: int = 1
     phase: str = "forward"
     scope: str = "block"
+    hidden: bool = False
+    channel: int = 0
 
 
 RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
 
 
-def step_records(traffic: list[Traffic], workload: Workload) -> list[CommRecord]:
-    """CommRecords of one step: the traffic, plus forward traffic that recomputation repeats."""
+def with_recomputation(traffic: list[Traffic], workload: Workload) -> list[Traffic]:
+    """The step's traffic plus the forward traffic that recomputation repeats in backward."""
     repeat = RECOMPUTED_SCOPES[workload.recompute] if workload.mode == "train" else ()
-    records = []
-    for t in traffic:
-        if t.group_size == 1 or t.count == 0:
-            continue
-        records.append(CommRecord(t.op, t.phase, t.group_size, t.msg_bytes, t.count))
-        if t.phase == "forward" and t.scope in repeat:
-            records.append(CommRecord(t.op, "backward", t.group_size, t.msg_bytes, t.count))
-    return records
+    out = [t for t in traffic if t.count]
+    out += [replace(t, phase="backward") for t in out if t.phase == "forward" and t.scope in repeat]
+    return out
 
 
 @dataclass
@@ -193,27 +194,62 @@ class Strategy:
     def comm_volume(cls, layout: Layout, workload: Workload) -> list[CommRecord]:
         """Analytic collectives of one training or inference step on one rank (every rank alike)."""
         plan = cls.planned(layout, workload)
-        records = step_records(plan.traffic(), workload)
-        if workload.mode == "train":
-            records += plan.grad_sync_records()
-            n = plan.mesh.size(*cls.data_axes())
-            if n > 1:
-                records.append(CommRecord("all_reduce", "forward", n, workload.element_size))
-        return records
+        return [plan.record(t) for t in plan.step_traffic() if plan.mesh.size(*t.axes) > 1]
+
+    def record(self, t: Traffic) -> CommRecord:
+        label = "+".join(a for a in self.mesh.names if a in t.axes) + (f"#{t.channel}" if t.channel else "")
+        return CommRecord(t.op, t.phase, self.mesh.size(*t.axes), t.msg_bytes, t.count, group=label)
+
+    def step_traffic(self) -> list[Traffic]:
+        """Everything one step moves: the strategy's own traffic with what recomputation repeats,
+        the gradient all-reduces and the loss all-reduce."""
+        out = with_recomputation(self.traffic(), self.workload)
+        if self.workload.mode == "train":
+            elt = self.workload.element_size
+            for shape, placement in self.parameter_plan().values():
+                if placement.reduce:
+                    nbytes = math.prod(shape) * elt
+                    out.append(Traffic("all_reduce", placement.reduce, nbytes, 1, "optimizer", "model"))
+            out.append(Traffic("all_reduce", self.data_axes(), elt, 1, "forward", "model"))
+        return out
 
     def traffic(self) -> list[Traffic]:
         """This strategy's own collectives in one step (mode-aware); see Traffic."""
         return []
 
-    def grad_sync_records(self) -> list[CommRecord]:
-        """One all-reduce per gradient over its placement's reduce axes (see sync_grads)."""
-        records = []
+    def shapes(self) -> Shapes:
+        """Per-rank sizes for the analytic model: whole weights, tokens split over ``sequence_axis``."""
+        cfg, w = self.config, self.workload
+        return Shapes(
+            w.batch,
+            self.local_seq,
+            self.local_seq,
+            w.seq_len,
+            cfg.hidden,
+            cfg.n_heads * cfg.head_dim,
+            cfg.kv_hidden,
+            cfg.ffn_hidden,
+            cfg.vocab_size,
+            cfg.n_heads,
+            self._axis(self.sequence_axis)[0],
+            w.element_size,
+            cfg.n_layers,
+        )
+
+    def activation_terms(self) -> ActivationTerms:
+        """This strategy's activation and working-memory terms (see tspbench.memory_model)."""
+        return autograd_terms(self.shapes())
+
+    def flop_terms(self) -> FlopTerms:
+        """Hardware FLOPs of one step on this rank (see tspbench.flops)."""
+        return autograd_flops(self.shapes(), self.workload.mode, self.workload.recompute)
+
+    def predict_memory(self) -> MemoryPrediction:
         elt = self.workload.element_size
-        for shape, placement in self.parameter_plan().values():
-            n = self.mesh.size(*placement.reduce) if placement.reduce else 1
-            if n > 1:
-                records.append(CommRecord("all_reduce", "optimizer", n, math.prod(shape) * elt))
-        return records
+        params = {n: math.prod(shape) * elt for n, (shape, _) in self.parameter_plan().items()}
+        return predict_memory(
+            self.activation_terms(), params, self.workload.mode, self.workload.recompute, elt
+        )
 
     # ------------------------------------------------------------------ sizes for analytic counts
     @property
