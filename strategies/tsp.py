@@ -92,8 +92,9 @@ class FoldedParallel(Strategy):
         vocab_shard = s.vocab // d * s.hidden * e
         kv_block = 2 * s.act(s.seq, s.kv // d)  # K and V of one head block, whole sequence
         block = s.act(T, s.q // d)
-        attn_fwd = 2 * attn_shard + 2 * kv_block + 5 * block + stream
-        mlp_fwd = 2 * mlp_shard + 4 * s.act(T, s.ffn // d) + stream
+        in_flight = min(2, d - 1)  # shard buffers besides the rank's own (a parameter)
+        attn_fwd = in_flight * attn_shard + 2 * kv_block + 5 * block + stream
+        mlp_fwd = in_flight * mlp_shard + 4 * s.act(T, s.ffn // d) + stream
         attn_bwd = 3 * attn_shard + 3 * kv_block + 6 * block + stream
         mlp_bwd = 4 * mlp_shard + 6 * s.act(T, s.ffn // d) + stream
         logits = B * T * (s.vocab // d) * max(e, 4)
@@ -104,9 +105,9 @@ class FoldedParallel(Strategy):
             backward_work=max(attn_bwd, mlp_bwd),
             fixed_saved=2 * T * (s.q // s.heads) * e + B * T * 8,
             head_saved=2 * stream + 2 * B * T * s.stat + B * T * 8,
-            head_forward_work=2 * vocab_shard + 2 * logits,
+            head_forward_work=in_flight * vocab_shard + 2 * logits,
             head_backward_work=3 * vocab_shard + 2 * logits + stream,
-            prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + 2 * vocab_shard,
+            prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + in_flight * vocab_shard,
         )
 
     def flop_terms(self) -> FlopTerms:

@@ -1,9 +1,14 @@
 """``tspbench bench``: one measured point, as one flat record (the schema sweeps store).
 
-Per point: ``warmup`` untimed steps; one measured step with collectives counted and peak memory
+Per point: ``warmup`` untimed steps (the first counts FLOPs with torch's FlopCounterMode; with a
+simulated capacity a tracked step comes first, so an over-capacity point fails at once); one
+measured step with collectives counted and peak memory
 taken (the exact tracker on CPU, the allocator on CUDA); then ``repeats`` rounds of ``steps``
 timed steps, each step timed on the slowest rank (barrier before, max over ranks after). The
 tracker slows a CPU step ~1.2-1.6x, which is why timing and memory use different steps.
+
+Each record carries the analytic model's prediction beside the measurement (peak memory, comm
+bytes, hardware FLOPs, and with a hardware profile the step time), with the signed errors.
 
 A failure never escapes as an exception: out-of-memory on any rank gives status ``oom``, a rank
 that raises ``failed`` with its traceback, a world that outlives its timeout ``timeout``.
@@ -31,7 +36,9 @@ def _rank_bench(
     layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None
 ) -> dict:
     run = RankRun(layout, workload)
-    flops = run.counted_flops()  # counts as the first warm-up step
+    if capacity_bytes is not None:  # a point over the capacity fails in its first step, not after three
+        run.measured_step(capacity_bytes)
+    flops = run.counted_flops()  # counts as a warm-up step
     for _ in range(warmup - 1):
         run.step()
     measured = run.measured_step(capacity_bytes)
@@ -103,6 +110,39 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
     }
 
 
+def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+    """The analytic model's numbers beside the measured ones, with the signed relative errors."""
+    from tspbench.analytic import predict
+
+    p = predict(layout, workload, hardware or "cpu")
+    out: dict[str, object] = {
+        "predicted_peak_memory_bytes": p.memory.peak_bytes,
+        "predicted_peak_memory_moment": p.memory.moment,
+        "predicted_comm_bytes_per_step": p.comm_bytes_per_step,
+        "predicted_hardware_flops_per_gpu": p.flops.total,
+    }
+    if record.get("status") == "completed":
+        out["predicted_memory_error"] = p.memory.peak_bytes / record["peak_memory_bytes"] - 1
+        out["predicted_flops_error"] = p.flops.total / max(record["hardware_flops_per_step_per_gpu"], 1) - 1
+    if hardware:
+        out.update(predicted_hardware=p.hardware.name, predicted_step_time_s=p.step_time_s)
+    return out
+
+
+def completed_record(
+    layout: Layout, workload: Workload, ranks: list[dict], hardware: str | None = None
+) -> dict[str, object]:
+    """Status, measurements and the model's predictions of a point whose ranks all returned.
+    The local launcher and Slurm tasks both build their records here."""
+    record: dict[str, object] = {
+        "status": "completed",
+        "error": None,
+        **measurement_record(layout, workload, ranks),
+    }
+    record.update(prediction_fields(layout, workload, record, hardware))
+    return record
+
+
 def bench(
     layout: Layout,
     workload: Workload,
@@ -111,6 +151,7 @@ def bench(
     repeats: int = 1,
     capacity_bytes: int | None = None,
     timeout: float = 600.0,
+    hardware: str | None = None,
 ) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended)."""
     check_layout(layout, workload)
@@ -134,12 +175,14 @@ def bench(
             device=workload.device,
             timeout=timeout,
         )
-        record.update(status="completed", error=None, **measurement_record(layout, workload, ranks))
+        record.update(completed_record(layout, workload, ranks, hardware))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=_excerpt(str(exc)), failed_rank=exc.rank)
+        record.update(prediction_fields(layout, workload, record, hardware))
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
+        record.update(prediction_fields(layout, workload, record, hardware))
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
     return record
 

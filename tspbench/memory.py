@@ -17,6 +17,10 @@ Categories at the peak:
     other        everything else: transient working buffers, communication buffers, logits,
                  inputs
 
+The tracker sees storages die when their last reference goes, whichever thread drops it: gloo's
+worker thread can hold a finished collective's buffer a moment after the program let go (seen
+in 2 of 80 steps of TP prefill: one more residual-stream buffer at the peak).
+
 An optional simulated capacity makes the CPU tracker raise ``torch.OutOfMemoryError`` when the
 live total would exceed it, so out-of-memory handling is testable exactly as on a GPU.
 """
