@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tspbench bench --strategy tp --tp 4 --model small --seq-len 2048 --steps 3
+	$(BIN)/tspbench run experiments/quickstart.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

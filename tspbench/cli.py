@@ -136,7 +136,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tspbench.bench import bench
 
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
-    record = bench(layout, workload, args.steps, args.warmup, args.repeats, args.capacity, args.timeout)
+    record = bench(
+        layout, workload, args.steps, args.warmup, args.repeats, args.capacity, args.timeout, args.hardware
+    )
     if args.json:
         print(json.dumps(record, indent=2, default=str))
     else:
@@ -162,6 +164,13 @@ def print_record(r: dict) -> None:
     for cat in ("parameters", "gradients", "optimizer", "activations", "other"):
         print(f"    {cat:<12}{r[f'peak_memory_{cat}_bytes'] / 2**20:10.2f} MiB")
     print(f"  comm/step     {r['comm_bytes_per_step'] / 2**20:10.2f} MiB bus bytes (max over ranks)")
+    print(
+        f"  predicted     peak {r['predicted_peak_memory_bytes'] / 2**20:.2f} MiB "
+        f"({r['predicted_memory_error']:+.1%}), comm {r['predicted_comm_bytes_per_step'] / 2**20:.2f} MiB, "
+        f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
+    )
+    if r.get("predicted_step_time_s"):
+        print(f"                step {r['predicted_step_time_s'] * 1e3:.1f} ms on {r['predicted_hardware']}")
 
 
 def add_common_run_args(p: argparse.ArgumentParser) -> None:
@@ -193,8 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=positive_int, default=1)
     p.add_argument("--capacity", type=parse_bytes, help="simulated device memory on CPU, e.g. 512MiB")
+    p.add_argument("--hardware", default="cpu", help="profile for the predicted step time (default: cpu)")
     add_common_run_args(p)
     p.set_defaults(func=cmd_bench)
+
+    from tspbench.analytic_cli import add_commands as add_analytic_commands
+    from tspbench.sweep import add_commands  # run, status: handlers live in tspbench.sweep
+
+    add_analytic_commands(sub)  # predict, plan, calibrate
+    add_commands(sub)
     return parser
 
 

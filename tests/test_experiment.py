@@ -1,0 +1,231 @@
+"""Experiment files: every shipped one loads and expands; bad input is one clear line, exit 2.
+
+The CLI cases call ``tspbench.cli.main`` in-process with ``--dry-run``, so nothing runs and
+each case costs milliseconds; they check the exit code, that stderr is exactly one line, and
+that the line names the file, the key path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tspbench.cli import main
+from tspbench.experiment import ExperimentError, expand, load_experiment
+from tspbench.slurm import load_profile, profile_names
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
+TINY = {
+    "name": "t",
+    "model": {"preset": "tiny"},
+    "settings": {"seq_len": 256},
+    "sweep": {
+        "grid": {"seq_len": [256, 512]},
+        "zip": [
+            {
+                "layout": [
+                    {"strategy": "dp", "dp": 2},
+                    {"strategy": "tp", "tp": 2},
+                    {"strategy": "tsp", "tsp": 4},
+                ]
+            }
+        ],
+    },
+}
+
+
+def write(tmp_path: Path, data: dict, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = main(["run", *argv, "--dry-run", "--results", "/nonexistent-results"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The rows of the --dry-run table (after its header line, before any skipped lines)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["run_id", "strategy"])
+    return [ln.split() for ln in lines[start + 1 :] if not ln.startswith("skipped")]
+
+
+def one_line_error(capsys: pytest.CaptureFixture, *argv: str) -> str:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
+def test_every_experiment_loads_and_expands(path: Path) -> None:
+    exp = load_experiment(path)
+    points, skipped = expand(exp)
+    assert points and not skipped, skipped
+    assert len({p.run_id for p in points}) == len(points), "run ids must be unique"
+    assert exp.name == path.stem
+    for p in points:
+        assert p.world_size == p.layout.world_size >= 1
+        assert p.nodes(8) == -(-p.world_size // 8)
+        assert p.tasks_per_node(8) == min(p.world_size, 8)
+
+
+def test_shipped_experiments_cover_the_studies() -> None:
+    quick, _ = expand(load_experiment(REPO / "experiments" / "quickstart.yaml"))
+    assert {p.layout.strategy for p in quick} == {"dp", "tp", "sp", "tp_sp", "tsp"}
+    assert {p.world_size for p in quick} == {4}
+    assert all(p.config["workload"]["device"] == "cpu" for p in quick)
+    scaling, _ = expand(load_experiment(REPO / "experiments" / "paper_scaling.yaml"))
+    assert max(p.world_size for p in scaling) == 1024
+    assert max(p.nodes(8) for p in scaling) == 128
+    memory, _ = expand(load_experiment(REPO / "experiments" / "paper_memory.yaml"))
+    assert {p.config["workload"]["recompute"] for p in memory} == {"none", "selective", "full"}
+    assert {p.config["workload"]["seq_len"] for p in memory} == {16384, 32768, 65536, 131072}
+
+
+def test_every_cluster_profile_loads() -> None:
+    assert {"local", "mi300x", "h100"} <= set(profile_names())
+    assert load_profile("local").gpus_per_node == 2 and load_profile("local").device == "cpu"
+    for name in ("mi300x", "h100"):
+        profile = load_profile(name)
+        assert (profile.gpus_per_node, profile.device) == (8, "cuda")
+
+
+def test_run_ids_are_stable_and_hash_the_resolved_point(tmp_path: Path) -> None:
+    path = write(tmp_path, TINY)
+    first = [p.run_id for p in expand(load_experiment(path))[0]]
+    assert first == [p.run_id for p in expand(load_experiment(path))[0]]
+    assert all(len(i) == 10 and int(i, 16) >= 0 for i in first)
+    steps = [p.run_id for p in expand(load_experiment(path, ["run.steps=7"]))[0]]
+    assert set(steps).isdisjoint(first)
+    # the timeout is a limit, not part of the measurement: same points, same folders
+    longer = [p.run_id for p in expand(load_experiment(path, ["run.timeout=5000"]))[0]]
+    assert longer == first
+
+
+def test_grid_times_zip_and_invalid_combinations_are_skipped(tmp_path: Path, capsys) -> None:
+    data = {**TINY, "sweep": {**TINY["sweep"], "grid": {"seq_len": [256, 260]}}}
+    points, skipped = expand(load_experiment(write(tmp_path, data)))
+    assert [(p.layout.strategy, p.config["workload"]["seq_len"]) for p in points] == [
+        ("dp", 256), ("tp", 256), ("tsp", 256), ("dp", 260), ("tp", 260),
+    ]  # fmt: skip
+    assert len(skipped) == 1 and "divisible by 2 x tsp = 8" in skipped[0].reason
+    code, out, _ = run_cli(capsys, str(write(tmp_path, data)))
+    assert code == 0
+    assert "skipped (invalid): tsp tsp4 seq 260" in out and "sweep.grid.seq_len[1]" in out
+    assert out.count("\n") >= 7  # header lines + 5 points + the skipped one
+
+
+def test_typo_in_a_key_names_path_and_suggestion(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, {**TINY, "settings": {"seqlen": 256}})
+    err = one_line_error(capsys, str(path))
+    assert str(path) in err and "settings.seqlen" in err and "did you mean 'seq_len'" in err
+
+
+def test_tp_degree_that_does_not_divide_the_heads(tmp_path: Path, capsys) -> None:
+    data = yaml.safe_load(yaml.safe_dump(TINY))
+    data["sweep"]["zip"][0]["layout"][1]["tp"] = 3
+    err = one_line_error(capsys, str(write(tmp_path, data)))
+    assert "sweep.zip[0].layout[1]" in err and "n_heads 4 is not divisible by tp = 3" in err
+
+
+def test_unknown_strategy_lists_the_known_ones(tmp_path: Path, capsys) -> None:
+    data = yaml.safe_load(yaml.safe_dump(TINY))
+    data["sweep"]["zip"][0]["layout"][2]["strategy"] = "tps"
+    err = one_line_error(capsys, str(write(tmp_path, data)))
+    assert "sweep.zip[0].layout[2].strategy" in err and "'tps' is not one of: dp, sp, tp, tp_sp, tsp" in err
+
+
+def test_missing_file(tmp_path: Path, capsys) -> None:
+    err = one_line_error(capsys, str(tmp_path / "nope.yaml"))
+    assert "nope.yaml: no such experiment file" in err
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"model": {"preset": "huge"}}, "model.preset: 'huge' is not one of: 1b, 7b, small, tiny, tiny-gqa"),
+        ({"settings": {"batch": "two"}}, "settings.batch: expected an integer, got str 'two'"),
+        ({"settings": {"capacity": "lots"}}, "settings.capacity: not a size: 'lots'"),
+        ({"run": {"steps": 0}}, "run.steps: must be >= 1, got 0"),
+        ({"executor": "cloud"}, "executor: 'cloud' is not one of: local, slurm, predict"),
+        ({"sweep": {"grid": {"seq_len": []}}}, "sweep.grid.seq_len: expected a non-empty list"),
+        ({"sweep": {"grid": {"seq_len": [256, "x"]}}}, "sweep.grid.seq_len[1]: expected an integer"),
+        ({"sweep": {"zip": [{"seq_len": [256], "batch": [1, 2]}]}}, "sweep.zip[0].batch: zip lists"),
+        ({"sweep": {"grid": {"seq_len": [256]}, "zip": [{"seq_len": [512]}]}}, "already swept by"),
+        ({"name": "a b"}, "name: 'a b' must be a folder name"),
+    ],
+)
+def test_bad_values_are_one_line(tmp_path: Path, capsys, change: dict, expected: str) -> None:
+    err = one_line_error(capsys, str(write(tmp_path, {**TINY, **change})))
+    assert expected in err, err
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: t\nmodel: {preset: tiny\n")
+    assert "not valid YAML at line" in one_line_error(capsys, str(path))
+
+
+def test_set_overrides_any_value(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, TINY)
+    code, out, _ = run_cli(
+        capsys, str(path), "--set", "sweep.grid.seq_len=[1024]", "--set", "sweep.zip[0].layout[1].tp=4"
+    )
+    assert code == 0, out
+    lines = table_rows(out)
+    assert [(ln[1], ln[3], ln[8]) for ln in lines] == [
+        ("dp", "1", "1024"),
+        ("tp", "4", "1024"),
+        ("tsp", "1", "1024"),
+    ]
+    exp = load_experiment(path, ["settings.megatron_sp=true", "model.vocab_size=1024", "cluster=local"])
+    assert exp.settings["megatron_sp"] is True and exp.model["vocab_size"] == 1024 and exp.cluster == "local"
+
+
+def test_bad_set_names_the_override(tmp_path: Path, capsys) -> None:
+    path = str(write(tmp_path, TINY))
+    err = one_line_error(capsys, path, "--set", "settings.batch=abc")
+    assert "settings.batch: expected an integer" in err and "--set settings.batch=abc" in err
+    assert "did you mean 'steps'" in one_line_error(capsys, path, "--set", "run.stepz=2")
+    assert "expected KEY.PATH=VALUE" in one_line_error(capsys, path, "--set", "oops")
+    assert "no list item [5]" in one_line_error(capsys, path, "--set", "sweep.zip[5].batch=[1]")
+
+
+def test_executor_and_cluster_errors(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = str(write(tmp_path, TINY))
+    assert "needs a cluster profile" in one_line_error(capsys, path, "--executor", "slurm")
+    assert "cluster profile 'nowhere' not found; known:" in one_line_error(
+        capsys, path, "--executor", "slurm", "--cluster", "nowhere"
+    )
+    err = one_line_error(capsys, path, "--executor", "slurm", "--cluster", "h100")
+    assert "settings.device 'cpu' does not match cluster profile" in err
+    assert "needs a hardware profile" in one_line_error(capsys, path, "--executor", "predict")
+    monkeypatch.setitem(sys.modules, "tspbench.analytic", None)  # as if the module did not exist
+    err = one_line_error(capsys, path, "--executor", "predict", "--set", "hardware=h100")
+    assert err.startswith("tspbench run: error: predict executor unavailable:"), err
+
+
+def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
+    code, out, _ = run_cli(capsys, str(REPO / "experiments" / "paper_scaling.yaml"))
+    assert code == 0
+    rows = table_rows(out)
+    assert len(rows) == 32
+    world, nodes = zip(*[(int(r[6]), int(r[7])) for r in rows], strict=True)
+    assert (
+        max(world) == 1024
+        and max(nodes) == 128
+        and all(n == -(-w // 8) for w, n in zip(world, nodes, strict=True))
+    )
+
+
+def test_experiment_error_is_a_usage_error() -> None:
+    with pytest.raises(ExperimentError, match="no such experiment file"):
+        load_experiment("does/not/exist.yaml")

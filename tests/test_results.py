@@ -1,0 +1,192 @@
+"""The results store: atomic files, resume without redoing work, retry, load(), concurrent writers.
+
+The sweep here runs a counting fake in place of bench (``run_local(..., measure=fake)``), so
+these tests take milliseconds and can count exactly which points were executed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing as mp
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tspbench.experiment import Point, expand, load_experiment
+from tspbench.progress import Progress
+from tspbench.results import FINAL, Store, load, read_json, status_table, write_atomic, write_tables
+from tspbench.sweep import base_record, run_local, select
+
+EXPERIMENT = {
+    "name": "store",
+    "model": {"preset": "tiny"},
+    "sweep": {
+        "grid": {"seq_len": [256, 512]},
+        "zip": [{"layout": [{"strategy": "dp", "dp": 2}, {"strategy": "tp", "tp": 2}]}],
+    },
+}
+
+
+@pytest.fixture
+def points(tmp_path: Path) -> list[Point]:
+    path = tmp_path / "store.yaml"
+    path.write_text(yaml.safe_dump(EXPERIMENT))
+    return expand(load_experiment(path))[0]
+
+
+class Fake:
+    """A measure function that counts calls and ends each point with the status it is told."""
+
+    def __init__(self, outcomes: dict[int, str] | None = None) -> None:
+        self.calls: list[str] = []
+        self.outcomes = outcomes or {}
+
+    def __call__(self, point: Point) -> dict:
+        self.calls.append(point.run_id)
+        status = self.outcomes.get(point.index, "completed")
+        if status == "raise":
+            raise RuntimeError("the measure function itself crashed")
+        if status != "completed":
+            return {**base_record(point), "status": status, "error": f"{status}: injected"}
+        return {**base_record(point), "status": status, "error": None, "step_time_s": 0.5 + point.index}
+
+
+def sweep(points: list[Point], store: Store, fake: Fake, retry_failed: bool = False) -> None:
+    todo = select(points, store, retry_failed)
+    run_local(todo, store, fake, "fake", Progress(len(todo), io.StringIO()))
+
+
+def test_write_atomic_never_leaves_a_torn_file(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "f.json"
+    write_atomic(path, '{"v": 1}')
+    assert json.loads(path.read_text()) == {"v": 1}
+
+    def crash(src: str, dst: str) -> None:
+        raise OSError("killed mid-write")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="killed"):
+        write_atomic(path, '{"v": 2, "padding": "' + "x" * 100_000 + '"}')
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]  # no temporary left behind
+
+
+def test_store_layout_and_status_moves(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "results" / "store")
+    p = points[0]
+    store.prepare(p.to_json())
+    run = store.run_dir(p.run_id)
+    assert sorted(x.name for x in run.iterdir()) == ["logs", "point.json", "status.json"]
+    assert read_json(run / "point.json")["config"] == p.config
+    assert store.status(p.run_id)["status"] == "pending" and store.status(p.run_id)["attempt"] == 0
+    assert store.start(p.run_id) == 1 and store.state(p.run_id) == "running"
+    assert store.start(p.run_id) is None  # only a pending point starts
+    assert store.finish(p.run_id, "completed", {**base_record(p), "status": "completed", "loss": 1.0})
+    assert not store.finish(p.run_id, "failed", error="late writer")  # the first final word sticks
+    assert not store.queue(p.run_id)  # a completed point is never reopened
+    status = store.status(p.run_id)
+    assert status["status"] == "completed" and status["attempt"] == 1 and status["error"] is None
+    assert {"created", "started", "finished", "updated"} <= set(status)
+    assert read_json(run / "result.json")["loss"] == 1.0
+    with pytest.raises(ValueError, match="final status"):
+        store.finish(p.run_id, "running")
+
+
+def test_resume_skips_completed_and_finished_points(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    first = Fake({1: "failed", 2: "oom", 3: "raise"})
+    sweep(points, store, first)
+    assert len(first.calls) == 4
+    states = [store.state(p.run_id) for p in points]
+    assert states == ["completed", "failed", "oom", "failed"]
+    crash = store.status(points[3].run_id)["error"]
+    assert "RuntimeError: the measure function itself crashed" in crash and "Traceback" in crash
+    assert (store.run_dir(points[3].run_id) / "logs" / "attempt-1.log").is_file()
+    before = (store.run_dir(points[0].run_id) / "result.json").stat().st_mtime_ns
+
+    again = Fake()
+    sweep(points, store, again)
+    assert again.calls == []  # finished points are results; nothing reruns without --retry-failed
+
+    retry = Fake()
+    sweep(points, store, retry, retry_failed=True)
+    assert retry.calls == [p.run_id for p in points[1:]]  # everything but the completed point
+    assert [store.state(p.run_id) for p in points] == ["completed"] * 4
+    assert [store.status(p.run_id)["attempt"] for p in points] == [1, 2, 2, 2]
+    assert (store.run_dir(points[0].run_id) / "result.json").stat().st_mtime_ns == before
+
+
+def test_a_point_left_running_by_a_killed_sweep_reruns(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    select(points, store, False)
+    store.start(points[0].run_id)  # as a SIGKILLed sweep leaves it
+    store.queue(points[1].run_id)
+    fake = Fake()
+    sweep(points, store, fake)
+    assert fake.calls == [p.run_id for p in points]
+    assert store.status(points[0].run_id)["attempt"] == 2
+
+
+def test_load_gives_one_row_per_point_with_status_rows(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "results" / "store")
+    sweep(points[:3], store, Fake({1: "failed"}))
+    select(points[3:], store, False)  # one point never ran: pending
+    frame = write_tables(store.root)
+    assert len(frame) == 4
+    assert list(frame["status"]) == ["completed", "failed", "completed", "pending"]
+    assert list(frame["strategy"]) == ["dp", "tp", "dp", "tp"]
+    assert list(frame["seq_len"]) == [256, 256, 512, 512]
+    assert (frame["model"] == "tiny").all() and (frame["model_hidden"] == 64).all()
+    assert frame.loc[0, "step_time_s"] == 0.5 and pd.isna(frame.loc[1, "step_time_s"])
+    assert frame.loc[1, "error"] == "failed: injected"
+    for name in ("records.csv", "records.parquet"):
+        assert (store.root / name).is_file()
+    back = pd.read_parquet(store.root / "records.parquet")
+    assert list(back["run_id"]) == list(frame["run_id"])
+    assert list(pd.read_csv(store.root / "records.csv")["status"]) == list(frame["status"])
+    assert len(load(tmp_path / "results")) == 4  # a results root of several experiments works too
+    table = status_table(store.root)
+    assert list(table["status"]) == list(frame["status"]) and "step_ms" in table
+
+
+def _count(root: str, run_id: str, n: int) -> None:
+    store = Store(root)
+    for _ in range(n):
+        store.update(run_id, lambda s: {**s, "count": s.get("count", 0) + 1})
+
+
+def _finish(root: str, run_id: str, writer: int, queue: mp.Queue) -> None:
+    won = Store(root).finish(run_id, "completed", {"status": "completed", "writer": writer})
+    queue.put((writer, won))
+
+
+def test_concurrent_writers_never_clobber(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    rid = points[0].run_id
+    store.prepare(points[0].to_json())
+    ctx = mp.get_context("fork")  # children only touch files, never torch
+    procs = [ctx.Process(target=_count, args=(str(store.root), rid, 25)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0] * 6
+    assert store.status(rid)["count"] == 150  # no read-modify-write was lost
+
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_finish, args=(str(store.root), rid, i, queue)) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    results = dict(queue.get(timeout=10) for _ in procs)
+    winners = [w for w, won in results.items() if won]
+    assert len(winners) == 1  # exactly one writer recorded the outcome ...
+    assert read_json(store.run_dir(rid) / "result.json")["writer"] == winners[0]  # ... and it stayed
+    assert store.state(rid) in FINAL
+    assert not list(store.run_dir(rid).glob(".*tmp")) and not (store.run_dir(rid) / ".lock").exists()

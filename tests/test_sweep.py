@@ -1,0 +1,212 @@
+"""Local sweeps end to end through the real CLI (``python -m tspbench run``) as a subprocess.
+
+Faults come from ``fault_plugin`` (a strategy plugin installed for the test, seen by the CLI and
+its ranks through PYTHONPATH): a rank that raises is recorded ``failed`` with its traceback, a
+point over the simulated capacity ``oom``, and the sweep goes on. A sweep killed with SIGKILL
+after its first point resumes without redoing what was completed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fault_plugin
+import pytest
+import yaml
+
+from tspbench import slurm
+from tspbench.experiment import expand, load_experiment
+from tspbench.results import Store, load, read_json
+
+TIMEOUT_S = 180
+
+
+def experiment(tmp_path: Path, name: str, layouts: list[dict], **zipped: list) -> Path:
+    data = {
+        "name": name,
+        "model": {"preset": "tiny"},
+        "settings": {"seq_len": 256, "dtype": "float32"},
+        "sweep": {"zip": [{"layout": layouts, **zipped}]},
+        "run": {"warmup": 0, "steps": 1, "timeout": 120},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def tspbench(env: dict, *args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tspbench", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict:
+    return fault_plugin.install(tmp_path / "plugin")
+
+
+def statuses(root: Path) -> list[str]:
+    return list(load(root)["status"])
+
+
+def test_sweep_records_completed_failed_and_oom(tmp_path: Path, env: dict) -> None:
+    layouts = [
+        {"strategy": "dp", "dp": 2},
+        {"strategy": "tsp", "tsp": 2},
+        {"strategy": "fault_raise", "dp": 2},
+        {"strategy": "dp", "dp": 2},
+    ]
+    path = experiment(tmp_path, "faults", layouts, capacity=[None, None, None, "1MiB"])
+    results = tmp_path / "results"
+    done = tspbench(env, "run", str(path), "--results", str(results))
+    assert done.returncode == 1, done.stdout + done.stderr  # a failed point: exit 1, after all points
+    root = results / "faults"
+    frame = load(root)
+    assert list(frame["status"]) == ["completed", "completed", "failed", "oom"], done.stdout
+    failed, oom = frame.iloc[2], frame.iloc[3]
+    assert "rank 1 raised RuntimeError: injected fault on rank 1" in failed["error"]
+    assert "Traceback" in failed["error"] and failed["failed_rank"] == 1
+    assert "OutOfMemoryError" in oom["error"] and "simulated device capacity" in oom["error"]
+    assert (frame.loc[:1, "peak_memory_bytes"] > 0).all() and frame.loc[:1, "step_time_s"].notna().all()
+    for name in ("records.csv", "records.parquet"):
+        assert (root / name).is_file()
+    run = root / frame.loc[0, "run_id"]
+    assert {"point.json", "status.json", "result.json", "env.json", "logs"} <= {p.name for p in run.iterdir()}
+    assert "[4/4]" in done.stdout and "1 failed" in done.stdout
+
+    shown = tspbench(env, "status", str(root))
+    assert shown.returncode == 0 and "injected fault on rank 1" in shown.stdout
+    assert "4 points: 2 completed, 1 failed, 1 oom" in shown.stdout
+
+    mtimes = {p: p.stat().st_mtime_ns for p in root.glob("*/result.json")}
+    again = tspbench(env, "run", str(path), "--results", str(results))
+    assert "4 points, 4 already done, 0 to run" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in root.glob("*/result.json")} == mtimes
+
+    retry = tspbench(env, "run", str(path), "--results", str(results), "--retry-failed")
+    assert "4 points, 2 already done, 2 to run" in retry.stdout, retry.stdout + retry.stderr
+    frame = load(root)
+    assert list(frame["attempt"]) == [1, 1, 2, 2] and list(frame["status"])[:2] == ["completed"] * 2
+    for rid in frame["run_id"][:2]:
+        result = root / rid / "result.json"
+        assert result.stat().st_mtime_ns == mtimes[result]
+
+
+def test_killed_sweep_resumes_without_redoing_completed_points(tmp_path: Path, env: dict) -> None:
+    layouts = [{"strategy": "dp", "dp": 2}, {"strategy": "tp", "tp": 2}, {"strategy": "tsp", "tsp": 2}]
+    path = experiment(tmp_path, "killed", layouts, seq_len=[1024, 1024, 1024])
+    results, root = tmp_path / "results", tmp_path / "results" / "killed"
+    cmd = [sys.executable, "-m", "tspbench", "run", str(path), "--results", str(results)]
+    # its own session, so SIGKILL reaches the sweep, its forkserver and its ranks together
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        # kill while the second point runs: after one completed and another started
+        while not {"completed", "running"} <= {
+            (read_json(s) or {}).get("status") for s in root.glob("*/status.json")
+        }:
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            assert time.monotonic() < deadline, "no point completed in time"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    before = load(root)
+    completed = before[before["status"] == "completed"]
+    assert 1 <= len(completed) < 3, list(before["status"])
+    assert "running" in set(before["status"])  # all a killed sweep leaves: a point without a final word
+    kept = {rid: (root / rid / "result.json").read_bytes() for rid in completed["run_id"]}
+
+    done = tspbench(env, "run", str(path), "--results", str(results))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(kept)} already done" in done.stdout
+    after = load(root).set_index("run_id")
+    assert list(after["status"]) == ["completed"] * 3
+    for rid, data in kept.items():
+        assert (root / rid / "result.json").read_bytes() == data  # not redone, not rewritten
+        assert after.loc[rid, "attempt"] == 1
+    assert (after["attempt"] == 2).sum() == 1  # the point that was running when killed ran again
+
+
+# ----------------------------------------------------------------------------- Slurm bookkeeping
+# The real cluster runs in test_slurm_sweep.py; these pin the state handling without one.
+
+SACCT = "100_0|COMPLETED\n100_[1-2%2]|PENDING\n101|CANCELLED by 0\n102|OUT_OF_MEMORY\n103|TIMEOUT\n"
+SQUEUE = "100_1 RUNNING\n100_2 PENDING\n"
+
+
+def test_job_states_from_sacct_and_squeue(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm, "_run", lambda cmd: SACCT if cmd[0] == "sacct" else SQUEUE)
+    states, answered = slurm.job_states({"100_0", "100_1", "101"})
+    assert answered
+    assert states == {"100_0": "COMPLETED", "100_1": "RUNNING", "100_2": "PENDING", "101": "CANCELLED",
+                      "102": "OUT_OF_MEMORY", "103": "TIMEOUT"}  # fmt: skip
+    monkeypatch.setattr(slurm, "_run", lambda cmd: None)  # both timed out or failed
+    assert slurm.job_states({"100_0"}) == ({}, False)
+
+
+def test_ended_jobs_without_a_record_get_a_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = experiment(tmp_path, "states", [{"strategy": "dp", "dp": 2}], seq_len=[256])
+    lengths = "sweep.zip[0].seq_len=[256, 512, 768, 1024, 1280, 1536]"
+    layouts = "sweep.zip[0].layout=" + json.dumps([{"strategy": "dp", "dp": 2}] * 6)
+    points = expand(load_experiment(path, [lengths, layouts]))[0]
+    store = Store(tmp_path / "store")
+    for p in points:
+        store.prepare(p.to_json())
+        store.start(p.run_id)
+    gone: dict[str, float] = {}
+    cases = [
+        ("CANCELLED", True, "cancelled"),
+        ("TIMEOUT", True, "timeout"),
+        ("OUT_OF_MEMORY", True, "oom"),
+        ("NODE_FAIL", True, "failed"),
+        ("RUNNING", True, "running"),  # still going
+        ("UNKNOWN", False, "running"),  # squeue did not answer: conclude nothing
+    ]
+    for p, (state, answered, expected) in zip(points, cases, strict=True):
+        slurm._conclude(store, p.run_id, "7", state, answered, gone)
+        assert store.state(p.run_id) == expected, state
+    assert "Slurm job 7 ended CANCELLED" in store.status(points[0].run_id)["error"]
+    # no accounting: a job that left the queue unseen is failed after the grace period
+    monkeypatch.setattr(slurm, "VANISHED_GRACE_S", 0.0)
+    slurm._conclude(store, points[5].run_id, "7", "UNKNOWN", True, gone)
+    assert store.state(points[5].run_id) == "failed"
+    assert "left the queue without recording a status" in store.status(points[5].run_id)["error"]
+    # a status the job recorded itself is never overwritten by the watcher
+    assert store.finish(points[4].run_id, "completed", {"status": "completed"})
+    slurm._conclude(store, points[4].run_id, "7", "FAILED", True, gone)
+    assert store.state(points[4].run_id) == "completed"
+
+
+def test_profile_gives_sbatch_parameters() -> None:
+    local = slurm.load_profile("local").parameters(nodes=2, tasks_per_node=2, minutes=5, name="x")
+    assert (local["nodes"], local["ntasks_per_node"], local["partition"]) == (2, 2, "local")
+    assert "gpus_per_node" not in local and local["srun_args"] == ["--kill-on-bad-exit=1"]
+    h100 = slurm.load_profile("h100").parameters(nodes=16, tasks_per_node=8, minutes=33, name="x")
+    assert (h100["gpus_per_node"], h100["time"], h100["additional_parameters"]) == (
+        8,
+        33,
+        {"exclusive": True},
+    )
+
+
+def test_preempted_task_goes_back_to_pending_and_resubmits_itself(tmp_path: Path) -> None:
+    path = experiment(tmp_path, "preempt", [{"strategy": "dp", "dp": 2}], seq_len=[256])
+    point = expand(load_experiment(path))[0][0]
+    store = Store(tmp_path / "store")
+    store.prepare(point.to_json())
+    store.start(point.run_id)
+    task = slurm.PointTask(str(store.root), point.to_json())
+    again = task.checkpoint()
+    assert again.function is task and task.preempted  # submitit requeues this same callable
+    status = store.status(point.run_id)
+    assert status["status"] == "pending" and status["error"] == "preempted; requeued"
+    assert store.start(point.run_id) == 2  # the requeued job's attempt
