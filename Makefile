@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench gpu-check lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only --benchmark-autosave
+
+gpu-check: $(STAMP)
+	$(BIN)/python -m tspbench.gpu_check --out results/gpu_check
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

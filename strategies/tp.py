@@ -31,7 +31,7 @@ from tspbench.comm import Group
 from tspbench.memory_model import ActivationTerms, Shapes, autograd_terms
 from tspbench.mesh import Layout, LayoutError
 from tspbench.model import Transformer, upcast
-from tspbench.strategy import Piece, Placement, Strategy, Traffic, Workload, divisible, register
+from tspbench.strategy import Piece, Placement, Strategy, Traffic, Workload, register
 
 SHARD_DIM = {"wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "wo": 1, "w2": 1, "embed": 0, "head": 0}
 
@@ -113,11 +113,7 @@ class TensorParallel(Strategy):
     @classmethod
     def check(cls, layout: Layout, workload: Workload) -> None:
         super().check(layout, workload)
-        cfg, t = workload.model, layout.tp
-        divisible(cfg.n_heads, t, "n_heads", "tp")
-        divisible(cfg.n_kv_heads, t, "n_kv_heads", "tp")
-        divisible(cfg.ffn_hidden, t, "ffn_hidden", "tp")
-        divisible(cfg.vocab_size, t, "vocab_size", "tp")
+        t = layout.tp
         local_seq = workload.seq_len // (layout.degree(cls.sequence_axis) if cls.sequence_axis else 1)
         if workload.megatron_sp and local_seq % t:
             raise LayoutError(f"megatron_sp: tokens per rank {local_seq} must be divisible by tp = {t}")

@@ -27,9 +27,8 @@ from strategies.tsp_attention import AttentionSpec, TSPAttention
 from strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 from tspbench.flops import FlopTerms, block_gemm_flops, zigzag_rectangle
 from tspbench.memory_model import ActivationTerms
-from tspbench.mesh import Layout
 from tspbench.model import Transformer
-from tspbench.strategy import Piece, Placement, Strategy, Traffic, Workload, divisible, register
+from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
 
 
 def _packed(prefix: str, names: tuple[str, ...], transposed: str) -> tuple[Piece, ...]:
@@ -44,15 +43,6 @@ class FoldedParallel(Strategy):
     channels = 2
     weight_axes = ("tsp",)
     summary = "folded tensor+sequence parallel: 1/D of every weight and 1/D of the tokens per rank"
-
-    @classmethod
-    def check(cls, layout: Layout, workload: Workload) -> None:
-        super().check(layout, workload)
-        cfg, d = workload.model, layout.tsp
-        divisible(cfg.n_heads, d, "n_heads", "tsp")
-        divisible(cfg.n_kv_heads, d, "n_kv_heads", "tsp")
-        divisible(cfg.ffn_hidden, d, "ffn_hidden", "tsp")
-        divisible(cfg.vocab_size, d, "vocab_size", "tsp")
 
     def placement(self, name: str, shape: tuple[int, ...]) -> Placement:
         if "norm" in name:

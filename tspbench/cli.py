@@ -179,7 +179,11 @@ def add_common_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tspbench", description=__doc__.split("\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="tspbench",
+        description="Benchmark transformer parallel layouts (dp, tp, sp, tp_sp, tsp): check them against a "
+        "single-device reference, measure them, model them, sweep them locally or on Slurm, and report.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("env", help="print the environment record")

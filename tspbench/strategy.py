@@ -182,6 +182,10 @@ class Strategy:
             )
         if layout.strategy != cls.name:
             raise LayoutError(f"layout names strategy {layout.strategy!r}, not {cls.name!r}")
+        cfg = workload.model
+        for axis in cls.weight_axes:  # heads, MLP width and vocabulary are split over these
+            for what in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size"):
+                divisible(getattr(cfg, what), layout.degree(axis), what, axis)
         if cls.sequence_axis:
             parts = layout.degree(cls.sequence_axis)
             if workload.seq_len % (2 * parts):
