@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_analytic_commands(sub)  # predict, plan, calibrate
     add_commands(sub)
+    from tspbench.report import add_command as add_report_command
+
+    add_report_command(sub)  # report: handler in tspbench.report
     return parser
 
 
