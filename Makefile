@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench gpu-check lint clean
+.PHONY: demo test bench bench-compare gpu-check lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +17,20 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tspbench run experiments/quickstart.yaml
+	$(BIN)/tspbench run experiments/quickstart.yaml --results results/demo
+	$(BIN)/tspbench report results/demo/quickstart
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+BENCH := $(BIN)/python -m pytest benchmarks -q -p no:cacheprovider --benchmark-enable --benchmark-only \
+	--benchmark-storage=file://benchmarks/saved --benchmark-columns=min,median,max,stddev,rounds
+
 bench: $(STAMP)
-	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only --benchmark-autosave
+	$(BENCH) --benchmark-autosave
+
+bench-compare: $(STAMP)
+	$(BENCH) --benchmark-compare --benchmark-compare-fail=median:30%
 
 gpu-check: $(STAMP)
 	$(BIN)/python -m tspbench.gpu_check --out results/gpu_check

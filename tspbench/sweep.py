@@ -188,7 +188,16 @@ def run_local(
     from tspbench.env import environment
 
     progress = progress or Progress(len(points))
-    env = environment(points[0].workload.device) if points and executor == "local" else {}
+    env = environment(points[0].workload.device) if points else {}
+    if executor == "predict":  # the environment of a projection is the model's code and its hardware
+        from tspbench.hardware import load_hardware
+
+        hardware = points[0].config.get("hardware") if points else None
+        env = {
+            **environment("cpu"),
+            "executor": "predict",
+            "hardware_profile": load_hardware(hardware).to_dict() if hardware else None,
+        }
     for point in points:
         rid = point.run_id
         store.queue(rid, executor=executor)
