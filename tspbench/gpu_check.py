@@ -50,7 +50,7 @@ def offset_attention_check(device: str, dtype: torch.dtype) -> dict[str, float]:
     rq, rk, rv = torch.autograd.grad(ref, (qf, kf, vf), grad.float())
 
     def rel(a: torch.Tensor, b_: torch.Tensor) -> float:
-        return float((a.detach().float() - b_).norm() / b_.norm())
+        return float((a.detach().float() - b_.detach()).norm() / b_.detach().norm())
 
     return {"o": rel(out, ref), "dq": rel(dq, rq[:, :, sk - sq :]), "dk": rel(dk, rk), "dv": rel(dv, rv)}
 

@@ -19,7 +19,8 @@ Categories at the peak:
 
 The tracker sees storages die when their last reference goes, whichever thread drops it: gloo's
 worker thread can hold a finished collective's buffer a moment after the program let go (seen
-in 2 of 80 steps of TP prefill: one more residual-stream buffer at the peak).
+in 2-15% of TP prefill steps: one more residual-stream buffer at the peak; never in training
+steps, whose peak falls elsewhere). NCCL's watchdog holds buffers the same way on GPUs.
 
 An optional simulated capacity makes the CPU tracker raise ``torch.OutOfMemoryError`` when the
 live total would exceed it, so out-of-memory handling is testable exactly as on a GPU.
