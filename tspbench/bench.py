@@ -29,8 +29,6 @@ from tspbench.mesh import Layout
 from tspbench.runner import RankRun
 from tspbench.strategy import Workload, check_layout
 
-STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")
-
 
 def _rank_bench(
     layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None

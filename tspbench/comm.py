@@ -75,24 +75,9 @@ class CommLog:
         with self._lock:
             self.records.append(record)
 
-    def reset(self) -> None:
-        with self._lock:
-            self.records.clear()
-
     @property
     def bus_bytes(self) -> float:
         return sum(r.bus_bytes for r in self.records)
-
-    def summary(self) -> dict[tuple[str, str, int], tuple[int, int]]:
-        """(op, phase, n) -> (calls, message bytes), the form analytic counts are compared in."""
-        return summarize(self.records)
-
-    def bus_bytes_by(self, attr: str) -> dict[str, float]:
-        """Bus bytes grouped by ``op`` or ``phase``."""
-        out: dict[str, float] = defaultdict(float)
-        for r in self.records:
-            out[getattr(r, attr)] += r.bus_bytes
-        return dict(out)
 
 
 def summarize(records: Sequence[CommRecord]) -> dict[tuple[str, str, int], tuple[int, int]]:
@@ -188,9 +173,6 @@ class Group:
     @property
     def prev(self) -> int:
         return self.ranks[(self.rank - 1) % self.size]
-
-
-SOLO = Group("solo", (0,), 0)
 
 
 class Pending:

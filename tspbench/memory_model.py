@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 
 from tspbench.memory import CATEGORIES
 
-RECOMPUTE = ("none", "selective", "full")
-
 
 @dataclass(frozen=True)
 class Shapes:

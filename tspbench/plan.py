@@ -28,10 +28,6 @@ class Candidate:
     prediction: Prediction | None = None
     reason: str | None = None  # why it cannot run; None when it fits
 
-    @property
-    def model_parallel(self) -> int:
-        return self.layout.world_size // self.layout.dp
-
 
 @dataclass
 class PlanResult:
