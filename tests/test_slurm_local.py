@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import running_cluster
 
 from tspbench import slurm_local
-from tspbench.slurm_local import LocalSlurmCluster, ensure_installed
+from tspbench.slurm_local import LocalSlurmCluster
 
 submitit = pytest.importorskip("submitit")
 
@@ -31,25 +32,21 @@ STATE_TIMEOUT_S = 30.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurmCluster]:
     """One cluster for the module; clients reach it through os.environ like a user's code."""
-    t0 = time.monotonic()
-    reason = ensure_installed()
-    if reason is not None:
-        pytest.skip(reason)
-    t1 = time.monotonic()
-    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=8)
-    cluster.start()
-    print(f"\n[slurm] ensure_installed {t1 - t0:.1f} s, start {time.monotonic() - t1:.1f} s")
-    saved = {k: os.environ.get(k) for k in cluster.env}
-    os.environ.update(cluster.env)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with running_cluster(tmp_path_factory, "slurm") as cluster:
+        saved = {k: os.environ.get(k) for k in cluster.env}
+        os.environ.update(cluster.env)
+        try:
+            yield cluster
+        finally:
+            _restore(saved)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def _executor(folder: Path, cluster: LocalSlurmCluster, **params: object) -> submitit.AutoExecutor:

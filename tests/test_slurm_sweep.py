@@ -22,9 +22,10 @@ from pathlib import Path
 import fault_plugin
 import pytest
 import yaml
+from conftest import running_cluster
 
 from tspbench.results import load, read_json
-from tspbench.slurm_local import LocalSlurmCluster, ensure_installed
+from tspbench.slurm_local import LocalSlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -41,19 +42,8 @@ EXPECTED = ["completed", "completed", "failed", "oom", "cancelled"]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurmCluster]:
-    reason = ensure_installed()
-    if reason is not None:
-        pytest.skip(reason)
-    t0 = time.monotonic()
-    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=8)
-    cluster.start()
-    print(f"\n[slurm sweep] cluster start {time.monotonic() - t0:.1f} s")
-    try:
+    with running_cluster(tmp_path_factory, "slurm sweep") as cluster:
         yield cluster
-    finally:
-        t1 = time.monotonic()
-        cluster.stop()
-        print(f"[slurm sweep] teardown {time.monotonic() - t1:.1f} s")
 
 
 def _experiment(tmp_path: Path) -> Path:

@@ -139,12 +139,12 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
     cls = check_layout(layout, workload)
     plan = cls.planned(layout, workload)
-    memory = plan.predict_memory()
+    terms = plan.activation_terms()
+    memory = plan.predict_memory(terms)
     traffic = plan.step_traffic()
     comm = [plan.record(t) for t in traffic if plan.mesh.size(*t.axes) > 1]
     flops = plan.flop_terms()
     passes = 12 if workload.mode == "train" else 4
-    terms = plan.activation_terms()
     elementwise = passes * workload.model.n_layers * terms.saved_layer["none"]
     compute = (
         flops.gemm / (hw.gemm_tflops * 1e12)

@@ -68,7 +68,7 @@ class Workload:
 
     @property
     def element_size(self) -> int:
-        return torch.empty((), dtype=self.torch_dtype).element_size()
+        return self.torch_dtype.itemsize
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -248,12 +248,11 @@ class Strategy:
         """Hardware FLOPs of one step on this rank (see tspbench.flops)."""
         return autograd_flops(self.shapes(), self.workload.mode, self.workload.recompute)
 
-    def predict_memory(self) -> MemoryPrediction:
+    def predict_memory(self, terms: ActivationTerms | None = None) -> MemoryPrediction:
         elt = self.workload.element_size
         params = {n: math.prod(shape) * elt for n, (shape, _) in self.parameter_plan().items()}
-        return predict_memory(
-            self.activation_terms(), params, self.workload.mode, self.workload.recompute, elt
-        )
+        terms = terms or self.activation_terms()
+        return predict_memory(terms, params, self.workload.mode, self.workload.recompute, elt)
 
     # ------------------------------------------------------------------ sizes for analytic counts
     @property
