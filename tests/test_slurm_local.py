@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import running_cluster
+from slurm_cluster import running_cluster
 
 from tspbench import slurm_local
 from tspbench.slurm_local import LocalSlurmCluster

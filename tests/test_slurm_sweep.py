@@ -22,7 +22,7 @@ from pathlib import Path
 import fault_plugin
 import pytest
 import yaml
-from conftest import running_cluster
+from slurm_cluster import running_cluster
 
 from tspbench.results import load, read_json
 from tspbench.slurm_local import LocalSlurmCluster

@@ -1,4 +1,5 @@
-"""Shared test helpers."""
+"""The local Slurm cluster the Slurm test modules share (a plain module: both tests/ and
+benchmarks/ have a conftest, so neither can be imported by name)."""
 
 from __future__ import annotations
 
