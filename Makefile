@@ -33,7 +33,7 @@ bench-compare: $(STAMP)
 	$(BENCH) --benchmark-compare --benchmark-compare-fail=median:30%
 
 gpu-check: $(STAMP)
-	$(BIN)/python -m tspbench.gpu_check --out results/gpu_check
+	$(BIN)/tspbench gpu-check --out results/gpu_check
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

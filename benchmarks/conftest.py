@@ -1,4 +1,4 @@
-"""Benchmarks: pytest-benchmark over a persistent 2-rank world (see tspbench.world).
+"""Benchmarks: pytest-benchmark over a persistent 2-rank world (see benchmarks/world.py).
 
 Run for real with ``make bench`` (or ``pytest benchmarks --benchmark-enable``); the test
 suite runs each once with timing disabled, so they cannot rot.
@@ -7,8 +7,7 @@ suite runs each once with timing disabled, so they cannot rot.
 from __future__ import annotations
 
 import pytest
-
-from tspbench.world import World
+from world import World
 
 
 @pytest.fixture(scope="session")

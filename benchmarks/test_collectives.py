@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tspbench import comm
-from tspbench.mesh import Mesh
+from tspbench.dist import comm
+from tspbench.dist.mesh import Mesh
 
 CALLS = 200
 SIZES = {"4KiB": 1024, "1MiB": 256 * 1024}

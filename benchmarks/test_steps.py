@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tspbench.mesh import Layout
-from tspbench.model import ModelConfig
-from tspbench.runner import RankRun
-from tspbench.strategy import Workload, iter_strategies
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.measure.runner import RankRun
+from tspbench.strategy import iter_strategies
 
 WORKLOAD = Workload(ModelConfig.preset("tiny"), batch=2, seq_len=512, dtype="float32")
 _RUNS: dict = {}

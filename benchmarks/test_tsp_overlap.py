@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
+from tspbench.strategies.tsp_ring import Ring, RingMLP
 
-from strategies.tsp_attention import AttentionSpec, TSPAttention
-from strategies.tsp_ring import Ring, RingMLP
-from tspbench import comm
-from tspbench.mesh import Mesh
-from tspbench.model import rope_tables
+from tspbench.dist import comm
+from tspbench.dist.mesh import Mesh
+from tspbench.model.layers import rope_tables
 
 # (hidden, ffn or heads, local tokens): weights of a few MB moved per step against GEMMs
 # of similar duration on one CPU core, so that overlap can show.

@@ -11,9 +11,9 @@ attention core, K/V gather included; full recomputation re-runs the whole block.
 
 from __future__ import annotations
 
-from tspbench.model import Transformer
+from tspbench.dist.zigzag import ZigzagAttention
+from tspbench.model.transformer import Transformer
 from tspbench.strategy import Strategy, Traffic, register
-from tspbench.zigzag import ZigzagAttention
 
 
 def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traffic]:

@@ -26,12 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tspbench import comm
-from tspbench.comm import Group
-from tspbench.memory_model import ActivationTerms, Shapes, autograd_terms
-from tspbench.mesh import Layout, LayoutError
-from tspbench.model import Transformer, upcast
-from tspbench.strategy import Piece, Placement, Strategy, Traffic, Workload, register
+from tspbench.core.errors import LayoutError
+from tspbench.core.spec import Layout, Workload
+from tspbench.costs.memory import ActivationTerms, Shapes, autograd_terms
+from tspbench.dist import comm
+from tspbench.dist.comm import Group
+from tspbench.model.layers import upcast
+from tspbench.model.transformer import Transformer
+from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
 
 SHARD_DIM = {"wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "wo": 1, "w2": 1, "embed": 0, "head": 0}
 

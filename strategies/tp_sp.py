@@ -8,11 +8,12 @@ all-reduced over (dp, sp).
 
 from __future__ import annotations
 
-from strategies.sp import kv_gather_traffic
-from strategies.tp import TensorParallel
-from tspbench.model import Transformer
+from tspbench.strategies.sp import kv_gather_traffic
+from tspbench.strategies.tp import TensorParallel
+
+from tspbench.dist.zigzag import ZigzagAttention
+from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
-from tspbench.zigzag import ZigzagAttention
 
 
 @register

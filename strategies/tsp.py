@@ -23,11 +23,12 @@ always recomputed in backward (keeping it would keep K/V of every head block).
 
 from __future__ import annotations
 
-from strategies.tsp_attention import AttentionSpec, TSPAttention
-from strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
-from tspbench.flops import FlopTerms, block_gemm_flops, zigzag_rectangle
-from tspbench.memory_model import ActivationTerms
-from tspbench.model import Transformer
+from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
+from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
+
+from tspbench.costs.flops import FlopTerms, block_gemm_flops, zigzag_rectangle
+from tspbench.costs.memory import ActivationTerms
+from tspbench.model.transformer import Transformer
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
 
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from tspbench import comm
-from tspbench.comm import Group
-from tspbench.model import apply_rope
-from tspbench.zigzag import zigzag_causal_attention, zigzag_stack, zigzag_unshard
+from tspbench.dist import comm
+from tspbench.dist.comm import Group
+from tspbench.dist.zigzag import zigzag_causal_attention, zigzag_stack, zigzag_unshard
+from tspbench.model.layers import apply_rope
 
 
 @dataclass(frozen=True)

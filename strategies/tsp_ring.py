@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tspbench import comm
-from tspbench.comm import Group, Pending
-from tspbench.model import swiglu_backward, upcast
+from tspbench.dist import comm
+from tspbench.dist.comm import Group, Pending
+from tspbench.model.layers import swiglu_backward, upcast
 
 
 @dataclass(frozen=True)

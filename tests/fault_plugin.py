@@ -19,7 +19,7 @@ from pathlib import Path
 MODULE = """
 import time
 
-from strategies.dp import DataParallel
+from tspbench.strategies.dp import DataParallel
 
 
 class RaisingDP(DataParallel):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tspbench.slurm_local import LocalSlurmCluster, ensure_installed
+from tools.slurm_local import LocalSlurmCluster, ensure_installed
 
 
 @contextmanager

@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tspbench.analytic import predict
-from tspbench.cli import main
-from tspbench.comm import summarize
-from tspbench.hardware import available_hardware, load_hardware
-from tspbench.launch import launch
-from tspbench.mesh import Layout, LayoutError
-from tspbench.model import ModelConfig
-from tspbench.runner import RankRun
-from tspbench.strategy import Workload
+from tspbench.analytic.hardware import available_hardware, load_hardware
+from tspbench.analytic.predict import predict
+from tspbench.cli.main import main
+from tspbench.core.errors import HardwareError
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.comm import summarize
+from tspbench.dist.launch import launch
+from tspbench.measure.runner import RankRun
 
 MODES = (("train", "none"), ("train", "full"), ("infer", "none"))
 LAYOUTS = [
@@ -150,7 +149,7 @@ def test_tsp_memory_below_every_baseline_on_one_node() -> None:
 
 def test_crossover_matches_the_papers_condition() -> None:
     """Forward only, g = 1, F = 4: TSP moves fewer bytes than TP once B x S >~ 8h (32,768)."""
-    from tspbench.plan import crossover_tokens
+    from tspbench.analytic.planner import crossover_tokens
 
     workload = Workload(ModelConfig.preset("7b"), 1, 32768, "infer", "none", "bfloat16", "cuda")
     tokens = crossover_tokens(workload, 8)
@@ -196,9 +195,9 @@ def test_every_shipped_hardware_profile_loads() -> None:
 def test_bad_hardware_profile_names_file_and_key(tmp_path: Path) -> None:
     bad = tmp_path / "mine.yaml"
     bad.write_text("name: mine\ngpus_per_node: 8\nmemory_byte: 1\n")
-    with pytest.raises(LayoutError, match=r"mine\.yaml.*memory_byte"):
+    with pytest.raises(HardwareError, match=r"mine\.yaml.*memory_byte"):
         load_hardware(str(bad))
-    with pytest.raises(LayoutError, match=r"unknown hardware 'nope'.*mi300x"):
+    with pytest.raises(HardwareError, match=r"unknown hardware 'nope'.*mi300x"):
         load_hardware("nope")
 
 

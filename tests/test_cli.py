@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tspbench.cli import main
+from tspbench.cli.main import main
 
 ENV_KEYS = {
     "tspbench_version",

@@ -13,10 +13,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tspbench import comm
-from tspbench.comm import CommRecord
-from tspbench.launch import launch
-from tspbench.mesh import Mesh
+from tspbench.dist import comm
+from tspbench.dist.comm import CommRecord
+from tspbench.dist.launch import launch
+from tspbench.dist.mesh import Mesh
 
 SIZES = (2, 4)
 SHAPE = (3, 4)  # a plain buffer: 96 bytes in float64

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tspbench.gpu_check import main
+from tspbench.cli import main
 
 
 def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
-    assert main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 0
+    assert main(["gpu-check", "--device", "cpu", "--quick", "--out", str(tmp_path)]) == 0
     report = json.loads(next(tmp_path.glob("gpu_check_cpu_*.json")).read_text())
     assert max(report["offset_attention_rel_err"].values()) < 1e-5
     assert report["calibration"]["gemm_tflops"] > 0
@@ -22,4 +22,4 @@ def test_gpu_check_refuses_without_a_gpu_unless_asked(tmp_path: Path) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        assert main(["--out", str(tmp_path)]) == 2
+        assert main(["gpu-check", "--out", str(tmp_path)]) == 2

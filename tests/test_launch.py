@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import tspbench.launch as launch_module
-from tspbench.launch import LaunchTimeout, RankError, launch
-from tspbench.memory import MemoryTracker
+import tspbench.dist.launch as launch_module
+from tspbench.dist.launch import LaunchTimeout, RankError, launch
+from tspbench.measure.tracker import MemoryTracker
 
 # ----------------------------------------------------------------------------- on the ranks
 

@@ -13,10 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from tspbench.memory import MemoryTracker, persistent_bytes, tracked
-from tspbench.model import ModelConfig
-from tspbench.reference import Reference
-from tspbench.strategy import Workload
+from tspbench.core.spec import ModelConfig, Workload
+from tspbench.measure.tracker import MemoryTracker, persistent_bytes, tracked
+from tspbench.model.reference import Reference
 
 
 def test_allocations_views_and_in_place_ops() -> None:

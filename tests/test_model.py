@@ -14,18 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tspbench.model import (
-    ModelConfig,
-    Transformer,
-    apply_rope,
-    causal_attention,
-    reference_parameter,
-    rms_norm,
-    rope_tables,
-    swiglu,
-)
-from tspbench.reference import Reference
-from tspbench.strategy import Workload
+from tspbench.core.spec import ModelConfig, Workload
+from tspbench.model.layers import apply_rope, causal_attention, rms_norm, rope_tables, swiglu
+from tspbench.model.reference import Reference
+from tspbench.model.transformer import Transformer, reference_parameter
 
 TINY = ModelConfig.preset("tiny")
 F64 = torch.float64

@@ -19,10 +19,13 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 
-from tspbench import report_figures, report_style
-from tspbench.cli import main
-from tspbench.report import context, degrees, prepare, report, series_label
-from tspbench.results import Store, load
+from tspbench.cli.main import main
+from tspbench.core.units import degrees_text
+from tspbench.report import figures as report_figures
+from tspbench.report import style as report_style
+from tspbench.report.build import report
+from tspbench.report.frame import context, prepare, series_label
+from tspbench.sweep.store import Store, load
 
 MiB = 2**20
 CAPACITY = 300 * MiB
@@ -255,10 +258,11 @@ def test_cli_exit_codes(measured: tuple[Path, object], tmp_path: Path, capsys: p
 
 def test_degrees_and_series_labels() -> None:
     row = {"strategy": "tsp", "dp": 128, "tp": 1, "sp": 1, "tsp": 8}
-    assert degrees(pd.Series(row)) == "tsp8 x dp128"
-    assert degrees(pd.Series(row), with_dp=False) == "tsp8"
-    tp_sp = pd.Series({"strategy": "tp_sp", "dp": 1, "tp": 8, "sp": 1, "tsp": 1})
-    assert degrees(tp_sp) == "tp8 x sp1"  # its own axes always, even at 1
+    assert degrees_text("tsp", pd.Series(row)) == "tsp8 x dp128"
+    assert degrees_text("tsp", row, with_dp=False) == "tsp8"
+    tp_sp = {"strategy": "tp_sp", "dp": 1, "tp": 8, "sp": 1, "tsp": 1}
+    assert degrees_text("tp_sp", tp_sp) == "tp8 x sp1"  # its own axes always, even at 1
+    assert degrees_text("dp", {"dp": 1}) == "dp1"
     assert series_label("tp_sp", "tp8 x sp1") == "tp_sp tp8 x sp1"
     assert series_label("tsp", "tsp8 x dp2") == "tsp8 x dp2"
     assert series_label("ring9", "tsp4") == "ring9 tsp4"
@@ -271,12 +275,6 @@ def test_strategy_colors_are_fixed_and_third_party_ones_distinct() -> None:
     known = {report_style.STRATEGY_COLORS[s] for s in report_style.KNOWN_STRATEGIES}
     assert one["ring9"][0] not in known and two["zeta"][0] not in {*known, two["ring9"][0]}
     assert len(known) == len(report_style.KNOWN_STRATEGIES)
-
-
-def test_phases_match_the_comm_module() -> None:
-    from tspbench import comm, report
-
-    assert report.PHASES == comm.PHASES  # a phase column must never be drawn as a collective
 
 
 def test_byte_unit_follows_the_typical_value() -> None:

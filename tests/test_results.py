@@ -16,10 +16,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from tspbench.experiment import Point, expand, load_experiment
-from tspbench.progress import Progress
-from tspbench.results import FINAL, Store, load, read_json, status_table, write_atomic, write_tables
-from tspbench.sweep import base_record, run_local, select
+from tspbench.core.names import FINAL_STATUSES
+from tspbench.sweep.experiment import load_experiment
+from tspbench.sweep.local import run_local
+from tspbench.sweep.points import Point, expand
+from tspbench.sweep.progress import Progress
+from tspbench.sweep.run import select
+from tspbench.sweep.store import Store, load, read_json, status_table, write_atomic, write_tables
 
 EXPERIMENT = {
     "name": "store",
@@ -51,8 +54,8 @@ class Fake:
         if status == "raise":
             raise RuntimeError("the measure function itself crashed")
         if status != "completed":
-            return {**base_record(point), "status": status, "error": f"{status}: injected"}
-        return {**base_record(point), "status": status, "error": None, "step_time_s": 0.5 + point.index}
+            return {**point.base_record(), "status": status, "error": f"{status}: injected"}
+        return {**point.base_record(), "status": status, "error": None, "step_time_s": 0.5 + point.index}
 
 
 def sweep(points: list[Point], store: Store, fake: Fake, retry_failed: bool = False) -> None:
@@ -86,7 +89,7 @@ def test_store_layout_and_status_moves(points: list[Point], tmp_path: Path) -> N
     assert store.status(p.run_id)["status"] == "pending" and store.status(p.run_id)["attempt"] == 0
     assert store.start(p.run_id) == 1 and store.state(p.run_id) == "running"
     assert store.start(p.run_id) is None  # only a pending point starts
-    assert store.finish(p.run_id, "completed", {**base_record(p), "status": "completed", "loss": 1.0})
+    assert store.finish(p.run_id, "completed", {**p.base_record(), "status": "completed", "loss": 1.0})
     assert not store.finish(p.run_id, "failed", error="late writer")  # the first final word sticks
     assert not store.queue(p.run_id)  # a completed point is never reopened
     status = store.status(p.run_id)
@@ -188,5 +191,5 @@ def test_concurrent_writers_never_clobber(points: list[Point], tmp_path: Path) -
     winners = [w for w, won in results.items() if won]
     assert len(winners) == 1  # exactly one writer recorded the outcome ...
     assert read_json(store.run_dir(rid) / "result.json")["writer"] == winners[0]  # ... and it stayed
-    assert store.state(rid) in FINAL
+    assert store.state(rid) in FINAL_STATUSES
     assert not list(store.run_dir(rid).glob(".*tmp")) and not (store.run_dir(rid) / ".lock").exists()

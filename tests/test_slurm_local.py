@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster import running_cluster
 
-from tspbench import slurm_local
-from tspbench.slurm_local import LocalSlurmCluster
+from tools import slurm_local
+from tools.slurm_local import LocalSlurmCluster
 
 submitit = pytest.importorskip("submitit")
 

@@ -1,6 +1,6 @@
 """A sweep through the ``slurm`` executor on a real one-host Slurm cluster (two fake nodes).
 
-The cluster (``tspbench.slurm_local``, with accounting) is started for this module and torn
+The cluster (``tools.slurm_local``, with accounting) is started for this module and torn
 down after it; without Slurm (no apt, not root, not Linux) the module is skipped with the
 reason. One sweep, run by the real CLI as a subprocess with the ``local`` cluster profile
 (2 ranks per node), covers: a 1-node x 2-task point and a 2-node x 2-task point (world 4)
@@ -24,8 +24,8 @@ import pytest
 import yaml
 from slurm_cluster import running_cluster
 
-from tspbench.results import load, read_json
-from tspbench.slurm_local import LocalSlurmCluster
+from tools.slurm_local import LocalSlurmCluster
+from tspbench.sweep.store import load, read_json
 
 pytestmark = pytest.mark.slurm
 

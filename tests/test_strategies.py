@@ -12,10 +12,9 @@ import math
 
 import pytest
 
-from tspbench.mesh import Layout
-from tspbench.model import ModelConfig
-from tspbench.strategy import Workload, iter_strategies
-from tspbench.validate import validate
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.measure.validate import validate
+from tspbench.strategy import iter_strategies
 
 TINY = ModelConfig.preset("tiny")
 FLOAT64 = Workload(TINY, batch=2, seq_len=512, dtype="float64")

@@ -20,9 +20,10 @@ import fault_plugin
 import pytest
 import yaml
 
-from tspbench import slurm
-from tspbench.experiment import expand, load_experiment
-from tspbench.results import Store, load, read_json
+from tspbench.sweep import cluster, slurm, slurm_job
+from tspbench.sweep.experiment import load_experiment
+from tspbench.sweep.points import expand
+from tspbench.sweep.store import Store, load, read_json
 
 TIMEOUT_S = 180
 
@@ -187,10 +188,10 @@ def test_ended_jobs_without_a_record_get_a_status(tmp_path: Path, monkeypatch: p
 
 
 def test_profile_gives_sbatch_parameters() -> None:
-    local = slurm.load_profile("local").parameters(nodes=2, tasks_per_node=2, minutes=5, name="x")
+    local = cluster.load_profile("local").parameters(nodes=2, tasks_per_node=2, minutes=5, name="x")
     assert (local["nodes"], local["ntasks_per_node"], local["partition"]) == (2, 2, "local")
     assert "gpus_per_node" not in local and local["srun_args"] == ["--kill-on-bad-exit=1"]
-    h100 = slurm.load_profile("h100").parameters(nodes=16, tasks_per_node=8, minutes=33, name="x")
+    h100 = cluster.load_profile("h100").parameters(nodes=16, tasks_per_node=8, minutes=33, name="x")
     assert (h100["gpus_per_node"], h100["time"], h100["additional_parameters"]) == (
         8,
         33,
@@ -204,7 +205,7 @@ def test_preempted_task_goes_back_to_pending_and_resubmits_itself(tmp_path: Path
     store = Store(tmp_path / "store")
     store.prepare(point.to_json())
     store.start(point.run_id)
-    task = slurm.PointTask(str(store.root), point.to_json())
+    task = slurm_job.PointTask(str(store.root), point.to_json())
     again = task.checkpoint()
     assert again.function is task and task.preempted  # submitit requeues this same callable
     status = store.status(point.run_id)

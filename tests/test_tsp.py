@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tspbench.bench import bench
-from tspbench.mesh import Layout
-from tspbench.model import ModelConfig
-from tspbench.strategy import Workload
-from tspbench.validate import validate
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.measure.bench import bench
+from tspbench.measure.validate import validate
 
 TINY = ModelConfig.preset("tiny")
 LONG = Workload(TINY, batch=1, seq_len=4096, dtype="float32")  # activations dominate the peak

@@ -1,0 +1,165 @@
+"""``tspbench plan``: every layout of a cluster, ranked by predicted throughput, and why the rest fail.
+
+For a model, a GPU count and a sequence length: every registered strategy at every combination
+of degrees whose product divides the GPU count (the rest is data parallel), predicted by
+tspbench.analytic. A layout is rejected when it is indivisible (heads, vocabulary, sequence),
+does not fit in memory, or (unless allowed) its model-parallel group spans nodes. Also:
+
+    crossover   the tokens per micro-batch above which TSP moves fewer bytes per step than TP
+                at the same degree (both grow linearly in tokens: two points give the line)
+    frontier    the longest sequence that fits, per strategy and model-parallel degree
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+
+from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.predict import Prediction, predict
+from tspbench.core.errors import LayoutError
+from tspbench.core.spec import Layout, Workload
+from tspbench.strategy import get_strategy, iter_strategies
+
+
+@dataclass
+class Candidate:
+    layout: Layout
+    prediction: Prediction | None = None
+    reason: str | None = None  # why it cannot run; None when it fits
+
+
+@dataclass
+class PlanResult:
+    ranked: list[Candidate]
+    rejected: list[Candidate]
+    crossover_tokens: dict[int, float] = field(default_factory=dict)
+    frontier: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_layouts(gpus: int) -> list[Layout]:
+    """Every strategy at every degree assignment (each axis >= 2) whose product divides ``gpus``."""
+    out = []
+    for cls in iter_strategies():
+        if not cls.axes:
+            out.append(Layout(cls.name, dp=gpus))
+            continue
+        choices = [d for d in divisors(gpus) if d > 1]
+        for degrees in itertools.product(choices, repeat=len(cls.axes)):
+            mp = math.prod(degrees)
+            if gpus % mp == 0:
+                out.append(Layout(cls.name, dp=gpus // mp, **dict(zip(cls.axes, degrees, strict=True))))
+    return out
+
+
+def evaluate(layout: Layout, workload: Workload, hw: Hardware, allow_cross_node: bool) -> Candidate:
+    candidate = Candidate(layout)
+    mp = layout.world_size // layout.dp
+    if mp > hw.gpus_per_node and not allow_cross_node:
+        candidate.reason = f"crosses nodes: model-parallel group of {mp} > {hw.gpus_per_node} GPUs per node"
+        return candidate
+    try:
+        candidate.prediction = predict(layout, workload, hw)
+    except LayoutError as exc:
+        candidate.reason = f"indivisible: {exc}"
+        return candidate
+    if not candidate.prediction.fits:
+        peak, usable = candidate.prediction.memory.peak_bytes, hw.usable_bytes
+        candidate.reason = f"out of memory: {peak / 2**30:.1f} GiB > {usable / 2**30:.1f} GiB usable"
+    return candidate
+
+
+def plan(
+    workload: Workload,
+    gpus: int,
+    hw: Hardware,
+    allow_cross_node: bool = False,
+    frontier_degrees: tuple[int, ...] | None = None,
+) -> PlanResult:
+    candidates = [evaluate(lay, workload, hw, allow_cross_node) for lay in candidate_layouts(gpus)]
+    fits = [c for c in candidates if c.reason is None]
+    fits.sort(key=lambda c: -c.prediction.tokens_per_s_per_gpu)
+    degrees = frontier_degrees or tuple(d for d in (2, 4, 8, 16) if d <= min(gpus, hw.gpus_per_node))
+    return PlanResult(
+        ranked=fits,
+        rejected=[c for c in candidates if c.reason is not None],
+        crossover_tokens={d: crossover_tokens(workload, d) for d in degrees},
+        frontier=memory_frontier(workload, hw, degrees),
+    )
+
+
+def _comm(layout: Layout, workload: Workload) -> float:
+    records = get_strategy(layout.strategy).comm_volume(layout, workload)
+    return sum(r.bus_bytes for r in records)
+
+
+def crossover_tokens(workload: Workload, degree: int) -> float:
+    """Tokens per micro-batch (B x S) above which TSP's bytes per step fall below TP's, both at
+    ``degree``; inf when TSP never moves less (e.g. when the head count does not divide)."""
+    try:
+        seqs = [2 * degree * 1024, 2 * degree * 4096]
+        lines = []
+        for lay in (Layout("tsp", tsp=degree), Layout("tp", tp=degree)):
+            ys = [_comm(lay, replace(workload, seq_len=s, batch=1)) for s in seqs]
+            slope = (ys[1] - ys[0]) / (seqs[1] - seqs[0])
+            lines.append((ys[0] - slope * seqs[0], slope))
+    except LayoutError:
+        return math.inf
+    (a_tsp, b_tsp), (a_tp, b_tp) = lines
+    if b_tp <= b_tsp:
+        return math.inf
+    return max(0.0, (a_tsp - a_tp) / (b_tp - b_tsp))
+
+
+def memory_frontier(
+    workload: Workload, hw: Hardware, degrees: tuple[int, ...], limit: int = 1 << 24
+) -> dict[str, dict[int, int]]:
+    """Longest sequence (a multiple of 1024) that fits, per strategy and model-parallel degree."""
+    out: dict[str, dict[int, int]] = {}
+    for cls in iter_strategies():
+        out[cls.name] = {}
+        for degree in degrees if cls.axes else (1,):
+            layout = _single_node_layout(cls.name, cls.axes, degree)
+            if layout is not None:
+                out[cls.name][degree] = _longest_fitting(layout, workload, hw, limit)
+    return out
+
+
+def _single_node_layout(name: str, axes: tuple[str, ...], degree: int) -> Layout | None:
+    """The layout of ``degree`` GPUs; a 2-D mesh as square as possible (T = 2 for degree 8: 2 x 4)."""
+    if not axes:
+        return Layout(name)
+    if len(axes) == 1:
+        return Layout(name, **{axes[0]: degree})
+    inner = max((d for d in divisors(degree) if d * d <= degree), default=1)
+    if inner == 1:
+        return None
+    return Layout(name, **{axes[0]: degree // inner, axes[1]: inner})
+
+
+def _fits(layout: Layout, workload: Workload, hw: Hardware, seq: int) -> bool:
+    try:
+        return predict(layout, replace(workload, seq_len=seq), hw).fits
+    except LayoutError:
+        return False
+
+
+def _longest_fitting(layout: Layout, workload: Workload, hw: Hardware, limit: int) -> int:
+    step = 1024
+    if not _fits(layout, workload, hw, step):
+        return 0
+    lo, hi = step, step
+    while hi < limit and _fits(layout, workload, hw, hi * 2):
+        hi *= 2
+    if hi >= limit:
+        return limit
+    lo, hi = hi, hi * 2  # lo fits, hi does not
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        lo, hi = (mid, hi) if _fits(layout, workload, hw, mid) else (lo, mid)
+    return lo

@@ -1,0 +1,192 @@
+"""The analytic model: memory, communication, FLOPs and time of one step, per rank, any strategy.
+
+Each strategy supplies its own terms (tspbench.strategy.base.Strategy): ``activation_terms`` for
+memory, ``traffic`` for communication, ``flop_terms`` for FLOPs; what they share lives here and
+in tspbench.costs.
+
+Time, per rank and step:
+    compute  = GEMM FLOPs / achievable GEMM rate + attention FLOPs / achievable attention rate
+             + element-wise traffic (norms, RoPE, activations, residuals: ~4 passes over the
+               activations a block saves, 12 in training) / HBM bandwidth
+    comm     = sum over collectives of latency + bus bytes / bandwidth of the link class the
+               group spans (one node: intra-node; ranks on several nodes: the NIC), with ranks
+               placed model-parallel innermost (tspbench.dist.mesh)
+    step     = compute + exposed comm + max(0, hidden comm - compute)
+where "hidden" is what the strategy's schedule overlaps with compute (TSP's weight movement,
+gradient reduces and accumulators) and "exposed" is on the critical path (activation
+all-reduces, K/V gathers, DP's gradient all-reduce issued after backward).
+
+FLOPs: model FLOPs follow tspbench.costs.flops (causal attention counted as half the square);
+hardware FLOPs count what the kernels are asked to do - dense attention rectangles of each
+call (as torch's FlopCounterMode counts them), recomputation included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.core.records import comm_fields, point_record
+from tspbench.core.spec import Layout, Workload
+from tspbench.costs.flops import FlopTerms, model_flops_per_step
+from tspbench.costs.memory import MemoryPrediction
+from tspbench.dist.comm import BUS_FACTOR, summarize
+from tspbench.dist.mesh import Mesh
+from tspbench.strategy import Strategy, Traffic, check_layout
+
+
+@dataclass
+class Prediction:
+    layout: Layout
+    workload: Workload
+    hardware: Hardware
+    memory: MemoryPrediction
+    comm: list  # CommRecords
+    flops: FlopTerms
+    model_flops: float
+    compute_s: float
+    comm_exposed_s: float
+    comm_hidden_s: float
+    step_time_s: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.layout.dp * self.workload.batch * self.workload.seq_len
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_step / self.step_time_s / self.layout.world_size
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (
+            self.step_time_s * self.layout.world_size * self.hardware.peak_tflops * 1e12
+        )
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.peak_bytes <= self.hardware.usable_bytes
+
+    @property
+    def comm_bytes_per_step(self) -> float:
+        return sum(r.bus_bytes for r in self.comm)
+
+    def comm_by(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for r in self.comm:
+            out.setdefault(r.op, {}).setdefault(r.phase, 0.0)
+            out[r.op][r.phase] += r.bus_bytes
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "strategy": self.layout.strategy,
+            "layout": self.layout.describe(),
+            "world_size": self.layout.world_size,
+            "hardware": self.hardware.name,
+            "peak_memory_bytes": self.memory.peak_bytes,
+            "peak_memory_moment": self.memory.moment,
+            "memory": self.memory.by_category,
+            "memory_moments": self.memory.moments,
+            "capacity_bytes": self.hardware.usable_bytes,
+            "fits": self.fits,
+            "comm_bytes_per_step": self.comm_bytes_per_step,
+            "comm": self.comm_by(),
+            "comm_calls": [
+                {"op": op, "phase": phase, "group_size": n, "calls": calls, "msg_bytes": nbytes}
+                for (op, phase, n), (calls, nbytes) in summarize(self.comm).items()
+            ],
+            "flops_per_step": self.model_flops,
+            "hardware_flops_per_step_per_gpu": self.flops.total,
+            "gemm_flops_per_gpu": self.flops.gemm,
+            "attention_flops_per_gpu": self.flops.attention,
+            "compute_s": self.compute_s,
+            "comm_exposed_s": self.comm_exposed_s,
+            "comm_hidden_s": self.comm_hidden_s,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tflops_per_gpu": self.model_flops / self.step_time_s / self.layout.world_size / 1e12,
+            "mfu": self.mfu,
+        }
+
+
+def link_of(mesh: Mesh, t: Traffic, gpus_per_node: int) -> str:
+    """'intra' when the group's ranks share a node, else 'inter' (ranks are placed row-major)."""
+    ranks = mesh.group(*t.axes).ranks
+    return "intra" if len({r // gpus_per_node for r in ranks}) == 1 else "inter"
+
+
+def comm_seconds(sized: Strategy, traffic: list[Traffic], hw: Hardware) -> tuple[float, float]:
+    """(exposed, hidden) seconds of the step's collectives."""
+    exposed = hidden = 0.0
+    for t in traffic:
+        n = sized.mesh.size(*t.axes)
+        if n == 1:
+            continue
+        if link_of(sized.mesh, t, hw.gpus_per_node) == "intra":
+            bw, lat = hw.intra_node_bandwidth_gbs, hw.intra_node_latency_us
+        else:
+            bw, lat = hw.inter_node_bandwidth_gbs, hw.inter_node_latency_us
+        seconds = t.count * (lat * 1e-6 + BUS_FACTOR[t.op](n) * t.msg_bytes / (bw * 1e9))
+        if t.hidden:
+            hidden += seconds
+        else:
+            exposed += seconds
+    return exposed, hidden
+
+
+def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Prediction:
+    """The analytic model of one point (no process is started)."""
+    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    cls = check_layout(layout, workload)
+    sized = cls.for_analysis(layout, workload)
+    terms = sized.activation_terms()
+    memory = sized.predict_memory(terms)
+    traffic = sized.step_traffic()
+    comm = [sized.record(t) for t in traffic if sized.mesh.size(*t.axes) > 1]
+    flops = sized.flop_terms()
+    passes = 12 if workload.mode == "train" else 4
+    elementwise = passes * workload.model.n_layers * terms.saved_layer["none"]
+    compute = (
+        flops.gemm / (hw.gemm_tflops * 1e12)
+        + flops.attention / (hw.attention_tflops * 1e12)
+        + elementwise / (hw.hbm_bandwidth_gbs * 1e9)
+    )
+    exposed, hidden = comm_seconds(sized, traffic, hw)
+    step = compute + exposed + max(0.0, hidden - compute)
+    model_flops = model_flops_per_step(
+        workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
+    )
+    return Prediction(layout, workload, hw, memory, comm, flops, model_flops, compute, exposed, hidden, step)
+
+
+def predict_record(layout: Layout, workload: Workload, hardware: str) -> dict[str, object]:
+    """A record of the same schema as ``tspbench bench`` (status completed), from the model alone."""
+    p = predict(layout, workload, hardware)
+    record: dict[str, object] = {
+        **point_record(layout, workload),
+        "status": "completed",
+        "error": None,
+        "source": "predicted",
+        "hardware": p.hardware.name,
+        "step_time_s": p.step_time_s,
+        "tokens_per_step": p.tokens_per_step,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "model_flops_per_step": p.model_flops,
+        "tflops_per_gpu": p.model_flops / p.step_time_s / layout.world_size / 1e12,
+        "mfu": p.mfu,
+        "peak_memory_bytes": p.memory.peak_bytes,
+        "peak_memory_method": "analytic",
+        "peak_memory_phase": p.memory.moment,
+        **{f"peak_memory_{k}_bytes": v for k, v in p.memory.by_category.items()},
+        "capacity_bytes": p.hardware.usable_bytes,
+        "fits": p.fits,
+        **comm_fields(p.comm),
+    }
+    if not p.fits:
+        record["status"] = "oom"
+        record["error"] = (
+            f"predicted peak {p.memory.peak_bytes:,} B exceeds usable {p.hardware.usable_bytes:,} B"
+        )
+    return record

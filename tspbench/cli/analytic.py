@@ -1,0 +1,182 @@
+"""``tspbench predict``, ``plan`` and ``calibrate``: the analytic model on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from tspbench.analytic.hardware import Hardware, available_hardware, load_hardware
+from tspbench.analytic.planner import PlanResult, plan
+from tspbench.analytic.predict import Prediction, predict
+from tspbench.cli.args import add_layout_args, layout_and_workload, positive_int
+from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
+from tspbench.core.spec import PRESETS, ModelConfig, Workload
+from tspbench.measure.calibrate import calibrate
+
+GIB = 2**30
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="the analytic model of one point: memory, comm, FLOPs, time")
+    add_layout_args(p, model_default="7b")
+    add_model_args(p, with_batch=False)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("plan", help="rank every layout of a cluster by predicted throughput")
+    p.add_argument("--model", default="7b", choices=sorted(PRESETS))
+    p.add_argument("--gpus", type=positive_int, required=True)
+    p.add_argument("--gpus-per-node", type=positive_int, help="override the hardware profile's")
+    p.add_argument("--seq-len", type=positive_int, required=True)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument(
+        "--allow-cross-node", action="store_true", help="keep model-parallel groups that span nodes"
+    )
+    p.add_argument("--top", type=positive_int, default=15, help="rows of the ranking to print")
+    add_model_args(p, with_batch=False)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("calibrate", help="measure this device and write a hardware profile")
+    p.add_argument("--ranks", type=positive_int, default=2, help="local ranks for the collective test")
+    p.add_argument("--quick", action="store_true", help="smaller sizes (seconds, not minutes)")
+    p.add_argument("--out", type=Path, help="write the profile YAML here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def add_model_args(p: argparse.ArgumentParser, with_batch: bool) -> None:
+    if with_batch:
+        p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--mode", choices=MODES, default="train")
+    if not any(a.dest == "recompute" for a in p._actions):
+        p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
+    p.add_argument(
+        "--hardware",
+        default="mi300x",
+        help=f"profile name ({', '.join(available_hardware())}) or a .yaml path",
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def _hardware(args: argparse.Namespace) -> Hardware:
+    hw = load_hardware(args.hardware)
+    return replace(hw, gpus_per_node=args.gpus_per_node) if getattr(args, "gpus_per_node", None) else hw
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    layout, workload = layout_and_workload(args, args.mode, args.dtype)
+    prediction = predict(layout, replace(workload, device="cuda"), _hardware(args))
+    if args.json:
+        print(json.dumps(prediction.to_json(), indent=2))
+    else:
+        print_prediction(prediction)
+    return 0
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:8.2f} GiB"
+
+
+def print_prediction(p: Prediction) -> None:
+    w, hw = p.workload, p.hardware
+    nodes = math.ceil(p.layout.world_size / hw.gpus_per_node)
+    print(
+        f"{p.layout.describe()}  {w.model.name}  seq {w.seq_len}  batch {w.batch}  {w.mode}  "
+        f"recompute {w.recompute}  {w.dtype}  on {hw.name} ({p.layout.world_size} GPUs, {nodes} nodes)"
+    )
+    fit = "fits" if p.fits else "DOES NOT FIT"
+    print(
+        f"memory per GPU: peak {_gib(p.memory.peak_bytes)} at '{p.memory.moment}' "
+        f"of {hw.usable_bytes / GIB:.1f} GiB usable -> {fit}"
+    )
+    for cat, nbytes in p.memory.by_category.items():
+        print(f"  {cat:<12} {_gib(nbytes)}")
+    print(f"communication per GPU per step: {_gib(p.comm_bytes_per_step)} (bus bytes)")
+    for op, phases in sorted(p.comm_by().items()):
+        cells = "  ".join(f"{ph} {_gib(b).strip()}" for ph, b in phases.items())
+        print(f"  {op:<15} {cells}")
+    print(
+        f"FLOPs per step: model {p.model_flops:.3e} (causal attention halved); per GPU hardware "
+        f"{p.flops.total:.3e} (GEMM {p.flops.gemm:.2e}, attention {p.flops.attention:.2e}, recompute incl.)"
+    )
+    beyond = max(0.0, p.comm_hidden_s - p.compute_s)
+    print(
+        f"time per step: compute {p.compute_s:.3f} s + exposed comm {p.comm_exposed_s:.3f} s "
+        f"+ overlapped comm beyond compute {beyond:.3f} s (of {p.comm_hidden_s:.3f} s) "
+        f"= {p.step_time_s:.3f} s"
+    )
+    print(f"throughput: {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {p.mfu:.1%}")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    hw = _hardware(args)
+    workload = Workload(
+        ModelConfig.preset(args.model),
+        args.batch,
+        args.seq_len,
+        args.mode,
+        args.recompute,
+        args.dtype,
+        "cuda",
+    )
+    result = plan(workload, args.gpus, hw, args.allow_cross_node)
+    if args.json:
+        print(json.dumps(plan_json(result), indent=2))
+        return 0
+    print(
+        f"{args.model}, {args.gpus} GPUs ({hw.gpus_per_node} per node, {hw.name}), seq {args.seq_len}, "
+        f"batch {args.batch}, {args.mode}, recompute {args.recompute}"
+    )
+    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak GiB':>9} {'step s':>8}")
+    for i, c in enumerate(result.ranked[: args.top], 1):
+        p = c.prediction
+        print(
+            f"{i:>4}  {c.layout.describe():<28} {p.tokens_per_s_per_gpu:>13,.0f} {p.mfu:>6.1%} "
+            f"{p.memory.peak_bytes / GIB:>9.1f} {p.step_time_s:>8.3f}"
+        )
+    if not result.ranked:
+        print("  no layout fits")
+    print(f"rejected: {len(result.rejected)}")
+    for c in result.rejected[: args.top]:
+        print(f"  {c.layout.describe():<28} {c.reason}")
+    print("crossover (tokens per micro-batch above which TSP moves fewer bytes than TP at the same degree):")
+    for d, tokens in result.crossover_tokens.items():
+        print(f"  D={d}: {tokens:,.0f} tokens" if math.isfinite(tokens) else f"  D={d}: never")
+    print("memory frontier (longest sequence that fits, one replica):")
+    for name, by_degree in result.frontier.items():
+        cells = "  ".join(f"{d}: {s:,}" for d, s in by_degree.items())
+        print(f"  {name:<6} {cells}")
+    return 0
+
+
+def plan_json(result: PlanResult) -> dict[str, object]:
+    return {
+        "ranked": [{"layout": c.layout.to_dict(), **c.prediction.to_json()} for c in result.ranked],
+        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in result.rejected],
+        "crossover_tokens": {str(d): t for d, t in result.crossover_tokens.items()},
+        "frontier": {k: {str(d): s for d, s in v.items()} for k, v in result.frontier.items()},
+    }
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    profile = calibrate(args.ranks, args.quick)
+    text = yaml.safe_dump(profile, sort_keys=False)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    if args.json:
+        print(json.dumps(profile, indent=2))
+    elif not args.out:
+        print(text)
+    else:
+        print(
+            f"wrote {args.out}: GEMM {profile['gemm_tflops']} TFLOP/s, "
+            f"attention {profile['attention_tflops']} TFLOP/s, "
+            f"all-reduce {profile['intra_node_bandwidth_gbs']} GB/s bus"
+        )
+    return 0

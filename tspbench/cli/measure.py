@@ -1,0 +1,154 @@
+"""``tspbench env``, ``validate``, ``bench`` and ``gpu-check``: measuring, and printing what was measured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tspbench.cli.args import (
+    add_common_run_args,
+    add_layout_args,
+    byte_size,
+    layout_and_workload,
+    positive_int,
+)
+from tspbench.core.names import DEVICES, DTYPES, MODES
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("env", help="print the environment record")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("validate", help="check a strategy against the single-device reference")
+    add_layout_args(p)
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    p.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    add_common_run_args(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("bench", help="measure one point: step time, throughput, peak memory, comm")
+    add_layout_args(p)
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--mode", choices=MODES, default="train")
+    p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--steps", type=positive_int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=positive_int, default=1)
+    p.add_argument("--capacity", type=byte_size, help="simulated device memory on CPU, e.g. 512MiB")
+    p.add_argument("--hardware", default="cpu", help="profile for the predicted step time (default: cpu)")
+    add_common_run_args(p)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("gpu-check", help="every GPU-only path on one GPU, one JSON report (make gpu-check)")
+    p.add_argument("--out", type=Path, default=Path("results/gpu_check"))
+    p.add_argument("--device", choices=DEVICES, default="cuda")
+    p.add_argument("--quick", action="store_true", help="tiny model (for CPU smoke runs)")
+    p.set_defaults(func=cmd_gpu_check)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from tspbench.measure.env import environment
+
+    record = environment()
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        width = max(map(len, record))
+        for key, value in record.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tspbench.measure.validate import validate
+
+    modes = ("train", "infer") if args.mode == "both" else (args.mode,)
+    layout, workload = layout_and_workload(args, modes[0], args.dtype)
+    result = validate(layout, workload, modes, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_validation(result)
+    return 0 if result["passed"] else 1
+
+
+def print_validation(r: dict) -> None:
+    print(
+        f"{r['layout']}  world {r['world_size']}  {r['model']}  seq {r['seq_len']}  batch {r['batch']}  "
+        f"{r['dtype']}  recompute {r['recompute']}  modes {'+'.join(r['modes'])}"
+    )
+    print(f"  {'quantity':<20} {'max rel err':>12}   (tolerance {r['tolerance']:.0e})")
+    for key, err in r["max_rel_err"].items():
+        flag = "ok" if err <= r["tolerance"] else "FAIL"
+        print(f"  {key:<20} {err:>12.3e}   {flag}")
+    print(
+        f"  comm bytes/step      {r['comm_bytes_per_step']:>12,.0f}   analytic count "
+        f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}"
+    )
+    per_rank = r["peak_memory_bytes_per_rank"]
+    print(f"  peak memory (max)    {r['peak_memory_bytes']:>12,}   per rank {per_rank}")
+    print("PASSED" if r["passed"] else f"FAILED (worst gradient: {r['worst_grad_param']})")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tspbench.measure.bench import bench
+
+    layout, workload = layout_and_workload(args, args.mode, args.dtype)
+    record = bench(
+        layout, workload, args.steps, args.warmup, args.repeats, args.capacity, args.timeout, args.hardware
+    )
+    if args.json:
+        print(json.dumps(record, indent=2, default=str))
+    else:
+        print_record(record)
+    return 0 if record["status"] == "completed" else 1
+
+
+def print_record(r: dict) -> None:
+    print(
+        f"{r['strategy']}  dp{r['dp']} tp{r['tp']} sp{r['sp']} tsp{r['tsp']}  {r['model']}  "
+        f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
+    )
+    if r["status"] != "completed":
+        print(r.get("error") or "")
+        return
+    print(
+        f"  step time     {r['step_time_s'] * 1e3:10.1f} ms  (p10 {r['step_time_p10_s'] * 1e3:.1f}, "
+        f"p90 {r['step_time_p90_s'] * 1e3:.1f})"
+    )
+    print(f"  tokens/s/GPU  {r['tokens_per_s_per_gpu']:10.1f}      TFLOP/s/GPU {r['tflops_per_gpu']:.4f}")
+    peak, rank = r["peak_memory_bytes"] / 2**20, r["peak_memory_rank"]
+    print(f"  peak memory   {peak:10.2f} MiB (max over ranks, rank {rank})")
+    for cat in ("parameters", "gradients", "optimizer", "activations", "other"):
+        print(f"    {cat:<12}{r[f'peak_memory_{cat}_bytes'] / 2**20:10.2f} MiB")
+    print(f"  comm/step     {r['comm_bytes_per_step'] / 2**20:10.2f} MiB bus bytes (max over ranks)")
+    print(
+        f"  predicted     peak {r['predicted_peak_memory_bytes'] / 2**20:.2f} MiB "
+        f"({r['predicted_memory_error']:+.1%}), comm {r['predicted_comm_bytes_per_step'] / 2**20:.2f} MiB, "
+        f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
+    )
+    if r.get("predicted_step_time_s"):
+        print(f"                step {r['predicted_step_time_s'] * 1e3:.1f} ms on {r['predicted_hardware']}")
+
+
+def cmd_gpu_check(args: argparse.Namespace) -> int:
+    import torch
+
+    from tspbench.measure.gpu_check import run
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu-check: no CUDA device here; use --device cpu --quick for a smoke run", file=sys.stderr)
+        return 2
+    report = run(args.device, args.quick, args.out)
+    print(json.dumps({k: report[k] for k in ("offset_attention_rel_err", "seconds", "path")}, indent=2))
+    for p in report["strategies"]:
+        err = p.get("predicted_memory_error")
+        err_text = f"{err:+.1%}" if isinstance(err, float) else "-"
+        print(
+            f"  {p['strategy']:<6} {p['status']:<10} peak {p.get('peak_memory_bytes') or 0:>14,} B "
+            f"predicted {err_text}"
+        )
+    return 0

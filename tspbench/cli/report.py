@@ -1,0 +1,26 @@
+"""``tspbench report RESULTS_DIR [--out DIR]``: summary tables and figures from stored records."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="summary tables and figures from stored results")
+    p.add_argument("results_dir", help="results/<experiment>, or a results root of several")
+    p.add_argument("--out", help="output folder (default: RESULTS_DIR/report)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tspbench.report.build import report  # matplotlib: only when a report is drawn
+
+    outputs = report(Path(args.results_dir), Path(args.out) if args.out else None)
+    for out in outputs.experiments or [outputs]:
+        made = ", ".join(out.figures) or "none"
+        print(f"{out.out_dir}: {len(out.tables)} tables; figures: {made}")
+        if out.skipped:
+            print(f"  not drawn: {', '.join(out.skipped)}")
+    print(f"index: {outputs.index}")
+    return 0

@@ -1,0 +1,132 @@
+"""``tspbench run`` and ``tspbench status``: sweeps from experiment files, and what they stored.
+
+tspbench run EXPERIMENT.yaml [--executor local|slurm|predict] [--cluster NAME]
+             [--results DIR] [--set key.path=value ...] [--dry-run] [--retry-failed]
+tspbench status RESULTS_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tspbench.core.errors import UsageError
+from tspbench.core.names import AXES, OK_STATUSES
+from tspbench.core.units import degrees_text
+from tspbench.sweep.experiment import EXECUTORS
+from tspbench.sweep.points import Point
+from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
+from tspbench.sweep.store import Store, status_table, write_tables
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run an experiment file's sweep into the results store")
+    p.add_argument("experiment", help="experiment YAML, e.g. experiments/quickstart.yaml")
+    p.add_argument("--executor", choices=EXECUTORS, help="default: the experiment's executor")
+    p.add_argument("--cluster", help="cluster profile slurm/NAME.yaml (or a path to one)")
+    p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a value (YAML)")
+    p.add_argument("--dry-run", action="store_true", help="list the points and run nothing")
+    p.add_argument("--retry-failed", action="store_true", help="rerun oom/failed/timeout/cancelled points")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("status", help="the status of every point stored under a results folder")
+    p.add_argument("results_dir", help="results/<experiment> or a results root")
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sweep = prepare_sweep(args.experiment, args.set or [], args.executor, args.cluster)
+    store = Store(Path(args.results) / sweep.experiment.name)
+    if args.dry_run:
+        print_dry_run(sweep, store, args.retry_failed)
+        return 0
+    try:
+        run_sweep(sweep, store, args.retry_failed)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; `tspbench run {args.experiment}` resumes where it stopped", file=sys.stderr)
+        return 130
+    frame = write_tables(store.root)
+    return print_summary(frame, sweep.points, store)
+
+
+def dry_run_frame(sweep: Sweep, store: Store) -> pd.DataFrame:
+    rows = []
+    for p in sweep.points:
+        layout, w = p.config["layout"], p.config["workload"]
+        nodes = p.nodes(sweep.gpus_per_node) if sweep.gpus_per_node else 1
+        rows.append(
+            {
+                "run_id": p.run_id,
+                "strategy": layout["strategy"],
+                **{a: layout[a] for a in AXES},
+                "world": p.world_size,
+                "nodes": nodes,
+                **{k: w[k] for k in ("seq_len", "batch", "mode", "recompute", "dtype", "device")},
+                "stored": store.state(p.run_id) or "-",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def print_dry_run(sweep: Sweep, store: Store, retry_failed: bool) -> None:
+    """--dry-run: every point with its id, world size and nodes; the invalid ones with why."""
+    exp = sweep.experiment
+    todo = sum(store.needs_run(p.run_id, retry_failed) for p in sweep.points)
+    where = f", cluster {sweep.profile.name} ({sweep.gpus_per_node} per node)" if sweep.profile else ""
+    print(f"{exp.name}: {exp.description}" if exp.description else exp.name)
+    print(f"{len(sweep.points)} points ({todo} would run), executor {sweep.executor}{where}")
+    print(f"results: {store.root}")
+    if sweep.points:
+        print(dry_run_frame(sweep, store).to_string(index=False))
+    for s in sweep.skipped:
+        print(f"skipped (invalid): {s.description}: {s.reason}  [{'; '.join(s.origin) or 'base'}]")
+
+
+SUMMARY_COLUMNS = {
+    "run_id": "run_id",
+    "strategy": "strategy",
+    "world_size": "world",
+    "seq_len": "seq",
+    "batch": "batch",
+    "status": "status",
+}
+
+
+def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int:
+    """The table of this run's points; exit status 1 if any point failed, hung or was cancelled."""
+    ids = {p.run_id for p in points}
+    rows = frame[frame["run_id"].isin(ids)] if not frame.empty else frame
+    if rows.empty:
+        print("no points")
+        return 0
+    table = rows[list(SUMMARY_COLUMNS)].rename(columns=SUMMARY_COLUMNS)
+    table.insert(2, "degrees", rows.apply(lambda row: degrees_text(row["strategy"], row), axis=1))
+    for col, src, scale in (
+        ("step_ms", "step_time_s", 1e3),
+        ("tok/s/gpu", "tokens_per_s_per_gpu", 1),
+        ("peak_MiB", "peak_memory_bytes", 2**-20),
+    ):
+        if src in rows:
+            table[col] = (pd.to_numeric(rows[src], errors="coerce") * scale).round(1)
+    print(table.to_string(index=False))
+    counts = rows["status"].value_counts().to_dict()
+    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; records in {store.root}/records.csv")
+    return 0 if set(counts) <= set(OK_STATUSES) else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    path = Path(args.results_dir)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such results folder")
+    table = status_table(path)
+    if table.empty:
+        print(f"{path}: no points stored")
+        return 0
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(table.to_string(index=False))
+    counts = table["status"].value_counts().to_dict()
+    print(f"{len(table)} points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 0

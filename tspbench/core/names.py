@@ -1,0 +1,17 @@
+"""The fixed vocabularies of tspbench, in one place (no torch, so the report can use them)."""
+
+from __future__ import annotations
+
+AXES = ("dp", "tp", "sp", "tsp")  # mesh axes; dp is always outermost
+MODES = ("train", "infer")  # infer: prefill, a forward over every position
+RECOMPUTE_MODES = ("none", "selective", "full")
+DEVICES = ("cpu", "cuda")  # ROCm builds of torch expose "cuda" too
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
+DTYPES = tuple(DTYPE_BYTES)
+PHASES = ("forward", "backward", "optimizer")  # what a collective is attributed to
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")  # peak memory
+
+# A point's status in the results store: pending -> running -> one of FINAL_STATUSES.
+STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")
+FINAL_STATUSES = ("completed", "oom", "failed", "timeout", "cancelled")
+OK_STATUSES = ("completed", "oom")  # an OOM is a measurement, not an error

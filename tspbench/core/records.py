@@ -1,0 +1,52 @@
+"""The flat record every point becomes (measured, executed in a fake world, or predicted).
+
+One row per point, columns that pandas reads directly. The identifying part comes from the
+layout and workload (``point_record``); communication is summarised the same way whoever
+counted it (``comm_fields``). ``source`` says where the numbers come from:
+
+    measured    a real run (``tspbench bench``, a local or Slurm sweep)
+    fake        the real step executed under fake tensors and a fake process group
+    predicted   the analytic model alone
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Protocol
+
+from tspbench.core.names import AXES
+from tspbench.core.spec import Layout, Workload
+
+SOURCES = ("measured", "fake", "predicted")
+
+
+class Collective(Protocol):
+    """What a summary needs of a counted collective (tspbench.dist.comm.CommRecord has it)."""
+
+    op: str
+    phase: str
+
+    @property
+    def bus_bytes(self) -> float: ...
+
+
+def point_record(layout: Layout, workload: Workload) -> dict[str, object]:
+    """The identifying part of a record: layout and workload, flat."""
+    return {
+        "strategy": layout.strategy,
+        **{a: layout.degree(a) for a in AXES},
+        "world_size": layout.world_size,
+        **workload.to_dict(),
+    }
+
+
+def comm_fields(records: Iterable[Collective], prefix: str = "comm") -> dict[str, float]:
+    """Bus bytes per step in total, by op and by phase."""
+    out: dict[str, float] = defaultdict(float)
+    out[f"{prefix}_bytes_per_step"] = 0.0
+    for r in records:
+        out[f"{prefix}_bytes_per_step"] += r.bus_bytes
+        out[f"{prefix}_{r.op}_bytes"] += r.bus_bytes
+        out[f"{prefix}_{r.phase}_bytes"] += r.bus_bytes
+    return dict(out)

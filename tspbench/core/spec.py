@@ -1,0 +1,162 @@
+"""What a point is: the model (ModelConfig and its presets), the layout (a strategy and its
+degrees) and the workload (batch, sequence, mode, precision, device). Plain frozen dataclasses,
+validated on construction, so a bad value is an error before any process starts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from tspbench.core.errors import LayoutError, WorkloadError
+from tspbench.core.names import AXES, DEVICES, DTYPE_BYTES, MODES, RECOMPUTE_MODES
+from tspbench.core.units import degrees_text
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the decoder. ``ffn_hidden`` is the gated-MLP width (the paper: 4 h)."""
+
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_hidden: int
+    vocab_size: int = 32000
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.hidden % self.n_heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for rotary embeddings")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.n_heads
+
+    @property
+    def kv_groups(self) -> int:
+        """g = query heads per key/value head (1 = plain multi-head attention)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def kv_hidden(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def params_per_layer(self) -> int:
+        """Weights of one block, norms included: (2 + 2/g + 3F) h^2 + 2h."""
+        h = self.hidden
+        return 2 * h * h + 2 * h * self.kv_hidden + 3 * h * self.ffn_hidden + 2 * h
+
+    @property
+    def n_params(self) -> int:
+        return self.n_layers * self.params_per_layer + 2 * self.vocab_size * self.hidden + self.hidden
+
+    @classmethod
+    def preset(cls, name: str, **overrides: object) -> ModelConfig:
+        """A named configuration; ``overrides`` replace single fields (e.g. ``vocab_size``)."""
+        if name not in PRESETS:
+            raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+        return replace(PRESETS[name], **overrides)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # The paper's "7B": 16 h^2 L = 8.59e9 block weights (gated MLP of width 4h, no GQA).
+    "7b": ModelConfig(4096, 32, 32, 32, 4 * 4096, vocab_size=32000, name="7b"),
+    "1b": ModelConfig(2048, 16, 16, 16, 4 * 2048, vocab_size=32000, name="1b"),
+    # CPU presets: small enough for multi-rank float64 checks in seconds.
+    "tiny": ModelConfig(64, 2, 4, 4, 256, vocab_size=512, name="tiny"),
+    "tiny-gqa": ModelConfig(64, 2, 4, 2, 256, vocab_size=512, name="tiny-gqa"),
+    "small": ModelConfig(256, 4, 8, 8, 1024, vocab_size=4096, name="small"),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A strategy and its degree on every axis (unused axes are 1); world size is their product."""
+
+    strategy: str
+    dp: int = 1
+    tp: int = 1
+    sp: int = 1
+    tsp: int = 1
+
+    def __post_init__(self) -> None:
+        for axis in AXES:
+            value = getattr(self, axis)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise LayoutError(f"degree {axis} must be a positive integer, got {value!r}")
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.degree(a) for a in AXES)
+
+    @property
+    def replica_size(self) -> int:
+        """Ranks of one model-parallel replica (the world without data parallelism)."""
+        return self.world_size // self.dp
+
+    def degree(self, axis: str) -> int:
+        return getattr(self, axis)
+
+    def degrees(self) -> dict[str, int]:
+        return {a: self.degree(a) for a in AXES}
+
+    def describe(self) -> str:
+        """'tsp(tsp8 x dp128)'."""
+        return f"{self.strategy}({degrees_text(self.strategy, self.degrees())})"
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a measured point runs, besides its layout. ``batch`` is the micro-batch per replica."""
+
+    model: ModelConfig
+    batch: int = 1
+    seq_len: int = 512
+    mode: str = "train"
+    recompute: str = "none"
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    megatron_sp: bool = False  # tp, tp_sp: Megatron's sequence-parallel norms and residual stream
+    overlap: bool = True  # tsp: overlap weight movement with compute
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("mode", self.mode, MODES),
+            ("recompute", self.recompute, RECOMPUTE_MODES),
+            ("dtype", self.dtype, tuple(DTYPE_BYTES)),
+            ("device", self.device, DEVICES),
+        ]
+        for key, value, allowed in checks:
+            if value not in allowed:
+                raise WorkloadError(f"{key} must be one of {list(allowed)}, got {value!r}")
+        for key in ("batch", "seq_len"):
+            if getattr(self, key) < 1:
+                raise WorkloadError(f"{key} must be >= 1, got {getattr(self, key)}")
+
+    @property
+    def element_size(self) -> int:
+        """Bytes per element of weights and activations."""
+        return DTYPE_BYTES[self.dtype]
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["model"] = self.model.name
+        return out
+
+    def with_(self, **changes: object) -> Workload:
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,41 @@
+"""Sizes, error excerpts and layout degrees as text: the formatting every layer agrees on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from tspbench.core.names import AXES
+
+_BYTE_UNITS = {
+    None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """'512MiB', '2GB', '1e9' -> bytes; ValueError naming the text otherwise."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]i?B|B)?\s*", text)
+    try:
+        return int(float(m.group(1)) * _BYTE_UNITS[m.group(2)]) if m else _bad_size(text)
+    except ValueError:
+        return _bad_size(text)
+
+
+def _bad_size(text: str) -> int:
+    raise ValueError(f"not a size: {text!r} (e.g. 512MiB, 2GB, 1e9)")
+
+
+def excerpt(text: str, limit: int = 4000) -> str:
+    """The head and the tail of a long error (where the exception and the raise site are)."""
+    return text if len(text) <= limit else text[:1000] + "\n...\n" + text[-(limit - 1000) :]
+
+
+def degrees_text(strategy: str, degrees: Mapping[str, int], with_dp: bool = True) -> str:
+    """'tsp8 x dp128', 'tp2 x sp4', 'dp4': the strategy's own axes always (its name lists them,
+    as in tp_sp), any other axis above 1, data parallel last; '1' for a single device."""
+    own = [a for a in strategy.split("_") if a in AXES and a != "dp"]
+    mp = [a for a in AXES[1:] if a in own or int(degrees.get(a, 1)) > 1]
+    dp = int(degrees.get("dp", 1))
+    shown = [*mp, "dp"] if with_dp and (dp > 1 or strategy == "dp" or not mp) else mp
+    return " x ".join(f"{a}{int(degrees.get(a, 1))}" for a in shown) or "1"

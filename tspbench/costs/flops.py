@@ -1,0 +1,106 @@
+"""Model FLOPs: the one convention MFU and TFLOP/s use.
+
+Counted: every matrix multiply (2 m n k) of the model - Q, K, V and output projections, the
+three gated-MLP projections, the LM head - and attention's two S x S products with the causal
+triangle counted as HALF the square (S^2 / 2 query-key pairs per head: the work a causal flash
+kernel does, as Megatron-LM counts it; torchtitan counts the whole square, which gives ~1.4x
+higher MFU at 32K tokens on a 7B model). Not counted: norms, RoPE, softmax, the embedding
+lookup, the optimizer, and recomputation (model FLOPs are the same for every strategy and
+recomputation mode; the analytic model reports hardware FLOPs, recomputation included,
+separately). Training = 3 x forward (backward = 2 x forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tspbench.core.spec import ModelConfig
+from tspbench.costs.memory import Shapes
+
+
+def forward_flops_per_sequence(cfg: ModelConfig, seq_len: int) -> float:
+    """Forward model FLOPs of one sequence of ``seq_len`` tokens."""
+    h, s = cfg.hidden, seq_len
+    projections = 2 * s * h * (2 * h + 2 * cfg.kv_hidden)  # Q, O (h x h), K, V (h x kv)
+    mlp = 2 * s * h * cfg.ffn_hidden * 3
+    attention = 2 * 2 * cfg.n_heads * cfg.head_dim * s * s / 2  # QK^T and PV, causal half
+    head = 2 * s * h * cfg.vocab_size
+    return cfg.n_layers * (projections + mlp + attention) + head
+
+
+def model_flops_per_step(cfg: ModelConfig, n_seqs: int, seq_len: int, mode: str) -> float:
+    """Model FLOPs of one step over ``n_seqs`` sequences (train: forward + backward)."""
+    factor = 3 if mode == "train" else 1
+    return factor * n_seqs * forward_flops_per_sequence(cfg, seq_len)
+
+
+# ----------------------------------------------------------------------------- hardware FLOPs
+
+
+@dataclass
+class FlopTerms:
+    """Hardware FLOPs of one step on one rank: what the kernels are asked to do."""
+
+    gemm: float
+    attention: float
+
+    @property
+    def total(self) -> float:
+        return self.gemm + self.attention
+
+
+def zigzag_rectangle(tokens: int, seq: int, parts: int) -> float:
+    """Query x key area one rank's attention calls cover: T^2 unsharded (a dense causal call is
+    counted whole), C^2 (2P + 1) with zigzag chunks of C = S / 2P (the same on every rank)."""
+    if parts == 1:
+        return float(tokens * tokens)
+    c = seq / (2 * parts)
+    return c * c * (2 * parts + 1)
+
+
+def block_gemm_flops(s: Shapes, q: int, kv: int, ffn: int) -> tuple[float, float]:
+    """Forward GEMM FLOPs of one block's (attention, MLP) on B x T local tokens."""
+    bt = s.batch * s.tokens
+    return 2 * bt * s.hidden * (2 * q + 2 * kv), 6 * bt * s.hidden * ffn
+
+
+@dataclass(frozen=True)
+class ForwardFlops:
+    """Forward hardware FLOPs of one rank's pieces: a block's attention and MLP GEMMs, a block's
+    attention core (the rectangles its calls cover) and the LM head; ``layers`` blocks."""
+
+    attn_gemm: float
+    mlp_gemm: float
+    core: float
+    head: float
+    layers: int
+
+    @classmethod
+    def of(cls, s: Shapes) -> ForwardFlops:
+        """Whole local widths (q, kv, ffn, vocab as the Shapes hold them) on the local tokens."""
+        attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
+        core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
+        head = 2 * s.batch * s.tokens * s.hidden * s.vocab
+        return cls(attn_gemm, mlp_gemm, core, head, s.layers)
+
+    @property
+    def blocks_gemm(self) -> float:
+        return self.layers * (self.attn_gemm + self.mlp_gemm)
+
+    def prefill(self) -> FlopTerms:
+        return FlopTerms(self.blocks_gemm + self.head, self.layers * self.core)
+
+
+def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:
+    """dp, tp, sp, tp_sp: backward = 2x forward GEMMs and 2.5x forward attention (flash
+    backward recomputes the scores); selective recomputation re-runs the attention core, full
+    re-runs the block's forward up to its last saving op (the MLP output GEMM is skipped)."""
+    f = ForwardFlops.of(s)
+    if mode != "train":
+        return f.prefill()
+    gemm, attention = 3 * (f.blocks_gemm + f.head), 3.5 * f.layers * f.core
+    if recompute in ("selective", "full"):
+        attention += f.layers * f.core
+    if recompute == "full":
+        gemm += f.layers * (f.attn_gemm + f.mlp_gemm * 2 / 3)
+    return FlopTerms(gemm, attention)

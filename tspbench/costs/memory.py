@@ -1,0 +1,220 @@
+"""Analytic per-rank memory: what each strategy keeps, and when it lives.
+
+Two parts. A strategy supplies its ``ActivationTerms``: the bytes one decoder block saves for
+backward (per recomputation mode), the working memory inside a block's forward and backward,
+and the same for the embedding and the head/loss. This module holds what every strategy
+shares: parameters, gradients and optimizer state from the strategy's own parameter plan,
+and a timeline that walks a step and takes the peak of the moments where memory can peak:
+
+    forward     persistent + saved so far + the head's forward working memory
+    head bwd    persistent + everything saved + the loss/head backward working memory
+    block bwd   persistent + gradients so far + saved of the blocks not yet done
+                + the block's backward working memory (under full recomputation the
+                block's forward is re-run first, so its full saved set is live too)
+    optimizer   persistent + all gradients + the optimizer's working buffers
+    prefill     persistent + one residual stream + a block's (or the head's) working memory
+
+Saved sizes are exact for this code (checked against the CPU tracker); working-memory terms
+count the temporaries of each backward as written in tspbench/model/ and strategies/.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tspbench.core.names import CATEGORIES
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Per-rank sizes (elements) a strategy's terms are written in."""
+
+    batch: int  # B
+    tokens: int  # T: tokens per rank seen by attention and the MLP
+    stream_tokens: int  # tokens per rank in the residual stream (T / tp under Megatron-SP)
+    seq: int  # S, the whole sequence
+    hidden: int  # h
+    q: int  # query width held: n_local * d
+    kv: int  # key/value width held: m_local * d
+    ffn: int  # gated-MLP width held
+    vocab: int  # LM-head rows held
+    heads: int  # query heads held
+    kv_parts: int  # ranks K/V are gathered over (1: attention is local)
+    elt: int  # bytes per element of weights and activations
+    layers: int
+
+    @property
+    def stat(self) -> int:
+        """Bytes per element of norm and softmax statistics (float32 at least)."""
+        return max(self.elt, 4)
+
+    def act(self, tokens: int, width: int) -> int:
+        """Bytes of a [B, tokens, width] activation."""
+        return self.batch * tokens * width * self.elt
+
+
+@dataclass
+class ActivationTerms:
+    """Bytes one rank holds for activations and working memory, by role."""
+
+    saved_layer: dict[str, int]  # per block, by recomputation mode
+    stream: int  # one residual-stream tensor [B, T_stream, h]
+    forward_work: int  # inside a block's forward, beyond what it saves (prefill peaks here)
+    backward_work: int  # inside a block's backward, beyond saved tensors and gradients
+    fixed_saved: int  # saved once: rotary tables, token ids
+    head_saved: int  # final norm, head and loss tensors kept for backward
+    head_forward_work: int  # logits and loss working memory in the training forward
+    head_backward_work: int  # loss and head backward working memory
+    prefill_head: int  # prefill: the logits output and the head's working memory
+
+
+@dataclass
+class MemoryPrediction:
+    """Predicted per-rank peak and the category totals at the peak moment."""
+
+    peak_bytes: int
+    by_category: dict[str, int]
+    moment: str
+    moments: dict[str, int] = field(default_factory=dict)
+    persistent: dict[str, int] = field(default_factory=dict)
+
+
+def optimizer_bytes(param_bytes: int, elt: int) -> int:
+    """AdamW state: m and v in the parameter dtype, or float32 master + m + v for 16-bit weights."""
+    return 2 * param_bytes if elt >= 4 else 12 * (param_bytes // elt)
+
+
+def optimizer_work(max_param_bytes: int, elt: int) -> int:
+    """Per-parameter AdamW temporaries: sqrt(v) and its scaled copy (plus the float32 grad copy)."""
+    return 2 * max_param_bytes if elt >= 4 else 3 * (max_param_bytes // elt) * 4
+
+
+def predict_memory(
+    terms: ActivationTerms,
+    param_bytes: dict[str, int],
+    mode: str,
+    recompute: str,
+    elt: int,
+) -> MemoryPrediction:
+    """Walk the step's moments; ``param_bytes`` maps parameter name -> local bytes."""
+    params = sum(param_bytes.values())
+    train = mode == "train"
+    opt = optimizer_bytes(params, elt) if train else 0
+    persistent = {"parameters": params, "gradients": 0, "optimizer": opt}
+    moments: dict[str, tuple[int, dict[str, int]]] = {}
+
+    def add(name: str, **cats: int) -> None:
+        by = {c: 0 for c in CATEGORIES}
+        by.update(parameters=params, optimizer=opt)
+        for k, v in cats.items():
+            by[k] += v
+        moments[name] = (sum(by.values()), by)
+
+    if not train:
+        add("prefill block", other=terms.stream + terms.forward_work + terms.fixed_saved)
+        add("prefill head", other=terms.stream + terms.prefill_head + terms.fixed_saved)
+    else:
+        L = terms_layers(param_bytes)
+        saved = terms.saved_layer[recompute]
+        all_saved = terms.fixed_saved + L * saved + terms.head_saved
+        layer_grads = _layer_grad_bytes(param_bytes)
+        head_grads = params - sum(layer_grads) - _embedding_bytes(param_bytes)
+        add("forward head", activations=all_saved, other=terms.head_forward_work)
+        add("head backward", activations=all_saved, other=terms.head_backward_work)
+        rerun = terms.saved_layer["none"] - saved if recompute == "full" else 0
+        # the last block's backward (most saved left) and the first's (most gradients done)
+        for label, done in (("last block backward", 0), ("first block backward", L - 1)):
+            live = terms.fixed_saved + (L - done) * saved + rerun
+            grads = head_grads + sum(layer_grads[L - done :])
+            add(label, activations=live, gradients=grads, other=terms.stream + terms.backward_work)
+        add("optimizer", gradients=params, other=optimizer_work(max(param_bytes.values()), elt))
+    name = max(moments, key=lambda k: moments[k][0])
+    peak, by = moments[name]
+    return MemoryPrediction(peak, by, name, {k: v[0] for k, v in moments.items()}, persistent)
+
+
+def terms_layers(param_bytes: dict[str, int]) -> int:
+    return len({n.split(".")[1] for n in param_bytes if n.startswith("layers.")})
+
+
+def _layer_grad_bytes(param_bytes: dict[str, int]) -> list[int]:
+    per: dict[int, int] = {}
+    for name, nbytes in param_bytes.items():
+        if name.startswith("layers."):
+            i = int(name.split(".")[1])
+            per[i] = per.get(i, 0) + nbytes
+    return [per[i] for i in sorted(per)]
+
+
+def _embedding_bytes(param_bytes: dict[str, int]) -> int:
+    return sum(v for k, v in param_bytes.items() if k.startswith("embed."))
+
+
+# ----------------------------------------------------------------------------- the autograd family
+
+
+def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = False) -> ActivationTerms:
+    """Terms of strategies that run the shared model under plain autograd (dp, tp, sp, tp_sp).
+
+    Saved per block (recompute none), as tspbench/model/'s autograd keeps them:
+        residual stream x_in, x_mid and their norm statistics   2 [B, T_stream, h] + 2 [B, T_stream]
+        normed inputs of the projections xn, xn2                2 [B, T, h] (gathered under Megatron-SP)
+        q after RoPE                                           [B, T, q]
+        k after RoPE and v (local) | gathered K, V            2 [B, T, kv] | 2 [B, S, kv]
+        attention output (the flash output; with a K/V gather
+            also the reshaped copy the output projection saves) [B, T, q] (x2 with a gather)
+        log-sum-exp                                            [B, n, T]
+        MLP h1, h3 and the gated product                       3 [B, T, f]
+    """
+    B, T, Tr = s.batch, s.tokens, s.stream_tokens
+    gathered = s.kv_parts > 1
+    stream = s.act(Tr, s.hidden)
+    norms = 2 * stream + 2 * B * Tr * s.stat
+    inputs = 2 * s.act(T, s.hidden)
+    kv = 2 * s.act(s.seq, s.kv) if gathered else 2 * s.act(T, s.kv)
+    expand = _gqa_expansion(s) if gathered else 0
+    out = s.act(T, s.q) * (2 if gathered else 1)
+    lse = B * s.heads * T * s.stat
+    mlp = 3 * s.act(T, s.ffn)
+    none = norms + inputs + s.act(T, s.q) + kv + expand + out + lse + mlp
+    selective = norms + inputs + s.act(T, s.q) + 2 * s.act(T, s.kv) + s.act(T, s.q) + mlp
+    ce = max(s.elt, 4)
+    logits = B * T * s.vocab
+    head_saved = (
+        stream + B * Tr * s.stat + s.act(T, s.hidden) + logits * ce + B * T * (9 if vocab_parallel else 8)
+    )
+    upcast = logits * 4 if s.elt < 4 else 0
+    return ActivationTerms(
+        saved_layer={"none": none, "selective": selective, "full": stream},
+        stream=stream,
+        forward_work=stream + s.act(T, s.hidden) + 4 * s.act(T, s.ffn) + (inputs if megatron_sp else 0),
+        backward_work=_autograd_backward_work(s, gathered),
+        fixed_saved=2 * T * (s.q // s.heads) * s.elt + B * T * (9 if vocab_parallel else 8),
+        head_saved=head_saved,
+        head_forward_work=logits * s.elt + upcast,
+        head_backward_work=(0 if vocab_parallel else 2 * logits * ce) + upcast + s.act(T, s.hidden),
+        prefill_head=logits * s.elt + s.act(T, s.hidden),
+    )
+
+
+def _gqa_expansion(s: Shapes) -> int:
+    """Grouped K/V repeated to the query heads for chunks at an offset (Sq < Sk), saved for backward."""
+    if s.q == s.kv:
+        return 0
+    return math.ceil(2 * s.act(s.seq, s.q) * (2 * s.kv_parts + 1) / (2 * s.kv_parts))
+
+
+def _autograd_backward_work(s: Shapes, gathered: bool) -> int:
+    """Working memory of the larger of a block's two backward peaks, beyond its saved tensors.
+
+    MLP: the gated product's backward holds six [B, T, f] temporaries while the product
+    itself (saved by w2) is already freed: five net. Attention: the output-projection grad and
+    the flash gradients dq, dk, dv; with a K/V gather also the prefix dK, dV and the
+    whole-sequence dK, dV they are concatenated into.
+    """
+    mlp = 5 * s.act(s.tokens, s.ffn)
+    attention = 2 * s.act(s.tokens, s.q) + 2 * s.act(s.tokens, s.kv)
+    if gathered:  # dK, dV of the key prefix, and the whole-sequence dK, dV they are joined into
+        attention += 4 * s.act(s.seq, s.kv)
+    return max(mlp, attention)

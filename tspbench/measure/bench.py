@@ -1,0 +1,163 @@
+"""``tspbench bench``: one measured point, as one flat record (the schema sweeps store).
+
+Per point: ``warmup`` untimed steps (the first counts FLOPs with torch's FlopCounterMode; with a
+simulated capacity a tracked step comes first, so an over-capacity point fails at once); one
+measured step with collectives counted and peak memory
+taken (the exact tracker on CPU, the allocator on CUDA); then ``repeats`` rounds of ``steps``
+timed steps, each step timed on the slowest rank (barrier before, max over ranks after). The
+tracker slows a CPU step ~1.2-1.6x, which is why timing and memory use different steps.
+
+Each record carries the analytic model's prediction beside the measurement (peak memory, comm
+bytes, hardware FLOPs, and with a hardware profile the step time), with the signed errors.
+
+A failure never escapes as an exception: out-of-memory on any rank gives status ``oom``, a rank
+that raises ``failed`` with its traceback, a world that outlives its timeout ``timeout``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch.distributed as dist
+
+from tspbench.analytic.predict import predict
+from tspbench.core.records import comm_fields, point_record
+from tspbench.core.spec import Layout, Workload
+from tspbench.core.units import excerpt
+from tspbench.costs.flops import model_flops_per_step
+from tspbench.dist.launch import LaunchTimeout, RankError, launch
+from tspbench.measure.env import environment
+from tspbench.measure.runner import RankRun
+from tspbench.strategy import check_layout
+
+
+def rank_bench(
+    layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None
+) -> dict:
+    run = RankRun(layout, workload)
+    if capacity_bytes is not None:  # a point over the capacity fails in its first step, not after three
+        run.measured_step(capacity_bytes)
+    flops = run.counted_flops()  # counts as a warm-up step
+    for _ in range(warmup - 1):
+        run.step()
+    measured = run.measured_step(capacity_bytes)
+    times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return {
+        "rank": rank,
+        "times": times,
+        "loss": measured.loss,
+        "comm": measured.comm,
+        "memory": measured.memory,
+        "state": measured.state,
+        "flops": flops,
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
+    times = ranks[0]["times"]
+    median = statistics.median(times)
+    tokens = layout.dp * workload.batch * workload.seq_len
+    flops = model_flops_per_step(workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode)
+    peaks = [r["memory"].peak_bytes for r in ranks]
+    top = max(ranks, key=lambda r: r["memory"].peak_bytes)
+    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    return {
+        "step_time_s": median,
+        "step_time_p10_s": percentile(times, 0.1),
+        "step_time_p90_s": percentile(times, 0.9),
+        "step_times_s": times,
+        "tokens_per_step": tokens,
+        "tokens_per_s_per_gpu": tokens / median / layout.world_size,
+        "model_flops_per_step": flops,
+        "tflops_per_gpu": flops / median / layout.world_size / 1e12,
+        "loss": ranks[0]["loss"],
+        **top["memory"].to_record(),
+        "peak_memory_rank": top["rank"],
+        "peak_memory_bytes_per_rank": peaks,
+        **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
+        "hardware_flops_per_step_per_gpu": max(r["flops"] or 0 for r in ranks),
+        **comm_fields(busiest["comm"]),
+    }
+
+
+def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+    """The analytic model's numbers beside the measured ones, with the signed relative errors."""
+    p = predict(layout, workload, hardware or "cpu")
+    out: dict[str, object] = {
+        "predicted_peak_memory_bytes": p.memory.peak_bytes,
+        "predicted_peak_memory_moment": p.memory.moment,
+        "predicted_comm_bytes_per_step": p.comm_bytes_per_step,
+        "predicted_hardware_flops_per_gpu": p.flops.total,
+    }
+    if record.get("status") == "completed":
+        out["predicted_memory_error"] = p.memory.peak_bytes / record["peak_memory_bytes"] - 1
+        out["predicted_flops_error"] = p.flops.total / max(record["hardware_flops_per_step_per_gpu"], 1) - 1
+    if hardware:
+        out.update(predicted_hardware=p.hardware.name, predicted_step_time_s=p.step_time_s)
+    return out
+
+
+def completed_record(
+    layout: Layout, workload: Workload, ranks: list[dict], hardware: str | None = None
+) -> dict[str, object]:
+    """Status, measurements and the model's predictions of a point whose ranks all returned.
+    The local launcher and Slurm tasks both build their records here."""
+    record: dict[str, object] = {
+        "status": "completed",
+        "error": None,
+        **measurement_record(layout, workload, ranks),
+    }
+    record.update(prediction_fields(layout, workload, record, hardware))
+    return record
+
+
+def bench(
+    layout: Layout,
+    workload: Workload,
+    steps: int = 5,
+    warmup: int = 2,
+    repeats: int = 1,
+    capacity_bytes: int | None = None,
+    timeout: float = 600.0,
+    hardware: str | None = None,
+) -> dict[str, object]:
+    """Measure one point; returns the flat record (``status`` says how it ended)."""
+    check_layout(layout, workload)
+    record: dict[str, object] = {
+        **point_record(layout, workload),
+        "steps": steps,
+        "warmup": warmup,
+        "repeats": repeats,
+        "capacity_bytes": capacity_bytes,
+    }
+    try:
+        ranks = launch(
+            rank_bench,
+            layout.world_size,
+            layout,
+            workload,
+            steps,
+            warmup,
+            repeats,
+            capacity_bytes,
+            device=workload.device,
+            timeout=timeout,
+        )
+        record.update(completed_record(layout, workload, ranks, hardware))
+    except RankError as exc:
+        status = "oom" if exc.is_oom else "failed"
+        record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)
+        record.update(prediction_fields(layout, workload, record, hardware))
+    except LaunchTimeout as exc:
+        record.update(status="timeout", error=str(exc))
+        record.update(prediction_fields(layout, workload, record, hardware))
+    record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
+    return record

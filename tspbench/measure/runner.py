@@ -1,0 +1,139 @@
+"""One rank's run of a strategy: build it, step it, measure a step.
+
+Called inside a launched world (local launcher or a Slurm task) after the process group is up.
+The train step is the same for every strategy:
+
+    zero grads -> forward + loss (phase forward) -> backward (phase backward)
+    -> gradient sync + AdamW on owned shards (phase optimizer) -> global loss (phase forward)
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from tspbench.core.errors import LayoutError
+from tspbench.core.spec import Layout, Workload
+from tspbench.dist import comm
+from tspbench.dist.launch import local_device
+from tspbench.dist.mesh import Mesh
+from tspbench.measure.flop_counter import register_cpu_attention_flops
+from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
+from tspbench.model.optim import build_optimizer, torch_dtype
+from tspbench.model.reference import make_batch
+from tspbench.strategy import LocalBatch, Strategy, get_strategy
+
+register_cpu_attention_flops()
+
+
+@dataclass
+class StepMeasurement:
+    """What one measured step of one rank produced."""
+
+    loss: float | None
+    comm: list[comm.CommRecord]
+    memory: MemoryReport
+    output: Tensor  # the global loss (train) or this rank's logits (infer)
+    state: dict[str, int]  # bytes of parameters, gradients and optimizer state after the step
+
+
+class RankRun:
+    """A strategy's model, optimizer and batch on this rank."""
+
+    def __init__(self, layout: Layout, workload: Workload) -> None:
+        cls = get_strategy(layout.strategy)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if world != layout.world_size:
+            raise LayoutError(f"{layout.describe()} needs {layout.world_size} ranks, this world has {world}")
+        self.layout, self.workload = layout, workload
+        self.device = local_device()
+        self.mesh = Mesh(cls.mesh_dims(layout), rank, channels=cls.channels)
+        self.strategy: Strategy = cls(layout, workload, self.mesh, self.device)
+        self.model: nn.Module = self.strategy.build()
+        self.train = workload.mode == "train"
+        self.optimizer = (
+            build_optimizer(self.model.parameters(), torch_dtype(workload.dtype)) if self.train else None
+        )
+        tokens, targets = make_batch(
+            workload.model, layout.dp * workload.batch, workload.seq_len, workload.seed, self.device
+        )
+        self.batch: LocalBatch = self.strategy.shard_batch(tokens, targets)
+
+    @property
+    def world(self) -> comm.Group:
+        return self.mesh.group(*self.mesh.names)
+
+    def step(self, tracker: MemoryTracker | None = None) -> Tensor:
+        return self.train_step(tracker) if self.train else self.infer_step()
+
+    def train_step(self, tracker: MemoryTracker | None = None) -> Tensor:
+        """One training step; returns the global mean loss. ``tracker`` classifies activations."""
+        self.optimizer.zero_grad(set_to_none=True)
+        autograd = tracker.track_autograd(self.model) if tracker is not None else nullcontext()
+        with autograd:
+            with comm.phase("forward"):
+                loss = self.strategy.loss(self.model, self.batch)
+            if tracker is not None:
+                tracker.mark_activations()
+            with comm.phase("backward"):
+                loss.backward()
+        with comm.phase("optimizer"):
+            self.strategy.sync_grads(self.model)
+            self.optimizer.step()
+        with comm.phase("forward"):
+            return self.strategy.reduce_loss(loss)
+
+    @torch.no_grad()
+    def infer_step(self) -> Tensor:
+        """Prefill forward: the logits of this rank's tokens, in the strategy's layout."""
+        with comm.phase("forward"):
+            return self.strategy.logits(self.model, self.batch)
+
+    def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
+        """One step with collectives counted and peak memory measured (the exact tracker on CPU,
+        the allocator on CUDA)."""
+        with comm.counting() as log:
+            if self.device.type == "cuda":
+                with CudaPeak(self.device) as peak:
+                    out = self.step()
+                memory = peak.report(persistent_bytes(self.model, self.optimizer))
+            else:
+                with MemoryTracker(capacity_bytes) as tracker:
+                    tracker.register_model(self.model, self.optimizer)
+                    tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
+                    tracker.reset_peak()
+                    out = self.step(tracker)
+                memory = tracker.report()
+        loss = out.item() if self.train else None
+        state = persistent_bytes(self.model, self.optimizer)
+        return StepMeasurement(loss, list(log.records), memory, out, state)
+
+    def counted_flops(self) -> int:
+        """FLOPs of one step on this rank, by torch's FlopCounterMode. A step of its own: the
+        counter's module hooks keep tensors alive under recomputation, so it must never share
+        a step with the memory measurement."""
+        with FlopCounterMode(display=False) as counter:
+            self.step()
+        return counter.get_total_flops()
+
+    def timed_steps(self, n: int) -> list[float]:
+        """Wall time of ``n`` steps, each the slowest rank's (barrier before, max after)."""
+        times = []
+        for _ in range(n):
+            comm.barrier(self.world)
+            start = time.perf_counter()
+            self.step()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=self.device)
+            if self.world.size > 1:
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=self.world.pg)
+            times.append(float(elapsed.item()))
+        return times

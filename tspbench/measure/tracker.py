@@ -1,0 +1,267 @@
+"""Peak memory of a measured region, per rank, with a breakdown by category.
+
+CUDA: the caching allocator's peaks (allocated and reserved), reset per window.
+
+CPU (exact): a dispatch-level tracker. Every op's output storages are recorded by data pointer
+with their bytes; a weakref finalizer subtracts them when the storage dies. Views share their
+base's storage and are counted once. What existed before the region (parameters, gradients,
+optimizer state, inputs) is registered first. Memory a backend allocates privately (gloo
+scratch buffers) is not seen.
+
+Categories at the peak:
+    parameters   registered model parameters
+    gradients    their .grad tensors (registered, or adopted when autograd accumulates them)
+    optimizer    registered optimizer state
+    activations  tensors saved for backward (seen by a saved-tensors hook, or alive when the
+                 caller marks the end of the forward pass)
+    other        everything else: transient working buffers, communication buffers, logits,
+                 inputs
+
+The tracker sees storages die when their last reference goes, whichever thread drops it: gloo's
+worker thread can hold a finished collective's buffer a moment after the program let go (seen
+in 2-15% of TP prefill steps: one more residual-stream buffer at the peak; never in training
+steps, whose peak falls elsewhere). NCCL's watchdog holds buffers the same way on GPUs.
+
+An optional simulated capacity makes the CPU tracker raise ``torch.OutOfMemoryError`` when the
+live total would exceed it, so out-of-memory handling is testable exactly as on a GPU.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from tspbench.dist import comm
+
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")
+# A storage seen again under another category moves only along these edges: parameters and
+# optimizer state never move (autograd saves weight views too), a saved buffer can become a
+# gradient (AccumulateGrad adopts it), anything uncategorised can become either.
+PROMOTIONS = {"other": ("activations", "gradients"), "activations": ("gradients",)}
+
+
+@dataclass
+class MemoryReport:
+    """Peak bytes of one rank over a window, with the category totals at the moment of the peak."""
+
+    peak_bytes: int
+    by_category: dict[str, int] = field(default_factory=dict)
+    reserved_bytes: int | None = None
+    method: str = "cpu-dispatch"
+    phase: str = ""  # the step phase (forward, backward, optimizer) the peak fell in
+
+    def to_record(self, prefix: str = "peak_memory") -> dict[str, object]:
+        record: dict[str, object] = {
+            f"{prefix}_bytes": self.peak_bytes,
+            f"{prefix}_method": self.method,
+            f"{prefix}_phase": self.phase,
+        }
+        for cat in CATEGORIES:
+            record[f"{prefix}_{cat}_bytes"] = self.by_category.get(cat, 0)
+        if self.reserved_bytes is not None:
+            record[f"{prefix}_reserved_bytes"] = self.reserved_bytes
+        return record
+
+
+def _storages(t: Tensor) -> list[torch.UntypedStorage]:
+    """The storage behind ``t``. (tspbench never builds DTensors or async collective tensors, so
+    torch.distributed._tools' unwrapping, which costs 2.4 s to import, is not needed.)"""
+    return [t.untyped_storage()]
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Exact live-bytes accounting of tensor storages created inside ``with tracker:``.
+
+    Use ``register`` for what exists before, ``track_autograd`` around forward/backward so saved
+    tensors and new gradients get their category, and ``mark_activations`` after the forward.
+    """
+
+    def __init__(self, capacity_bytes: int | None = None) -> None:
+        super().__init__()
+        self.capacity_bytes = capacity_bytes
+        self.live = 0
+        self.peak = 0
+        self.totals = dict.fromkeys(CATEGORIES, 0)
+        self.peak_totals = dict(self.totals)
+        self.peak_phase = ""
+        self.peak_seq = 0  # allocation number of the storage that set the peak
+        self._seq = 0
+        self._entries: dict[int, list] = {}  # data_ptr -> [nbytes, category, finalizer, number]
+
+    # ---- bookkeeping
+    def _add(self, storage: torch.UntypedStorage, category: str) -> None:
+        nbytes = storage.nbytes()
+        ptr = storage.data_ptr()
+        if nbytes == 0 or ptr == 0 or storage.device.type == "meta":
+            return
+        entry = self._entries.get(ptr)
+        if entry is not None:
+            if category in PROMOTIONS.get(entry[1], ()):
+                self._move(entry, category)
+            return
+        finalizer = weakref.finalize(storage, self._free, ptr)
+        finalizer.atexit = False
+        self._seq += 1
+        self._entries[ptr] = [nbytes, category, finalizer, self._seq]
+        self.live += nbytes
+        self.totals[category] += nbytes
+        if self.live > self.peak:
+            self.peak = self.live
+            self.peak_totals = dict(self.totals)
+            self.peak_phase = comm.current_phase()
+            self.peak_seq = self._seq
+        if self.capacity_bytes is not None and self.live > self.capacity_bytes:
+            raise torch.OutOfMemoryError(
+                f"simulated device capacity exceeded: {self.live:,} bytes live after allocating "
+                f"{nbytes:,} bytes, capacity {self.capacity_bytes:,} bytes"
+            )
+
+    def _move(self, entry: list, category: str) -> None:
+        """Recategorise a live storage. If it was alive at the last peak, the peak's breakdown
+        moves too: a tensor is what it turned out to be (a gradient adopted by autograd, a buffer
+        saved for backward), even when that is known only after the peak-setting allocation."""
+        nbytes, old = entry[0], entry[1]
+        self.totals[old] -= nbytes
+        self.totals[category] += nbytes
+        if entry[3] <= self.peak_seq:
+            self.peak_totals[old] -= nbytes
+            self.peak_totals[category] += nbytes
+        entry[1] = category
+
+    def _free(self, ptr: int) -> None:
+        entry = self._entries.pop(ptr, None)
+        if entry is not None:
+            self.live -= entry[0]
+            self.totals[entry[1]] -= entry[0]
+
+    def classify(self, tensor: Tensor, category: str) -> None:
+        """Count ``tensor``'s storage under ``category`` (adding it if unseen)."""
+        for s in _storages(tensor):
+            self._add(s, category)
+
+    def register(self, tensors: Iterable[Tensor], category: str) -> None:
+        for t in tensors:
+            if isinstance(t, Tensor):
+                self.classify(t, category)
+
+    def register_model(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        params = list(model.parameters())
+        self.register(params, "parameters")
+        self.register((p.grad for p in params if p.grad is not None), "gradients")
+        if optimizer is not None:
+            self.register(optimizer_state_tensors(optimizer), "optimizer")
+
+    def mark_activations(self) -> None:
+        """Everything still uncategorised is kept for backward: call at the end of the forward pass."""
+        for entry in self._entries.values():
+            if entry[1] == "other":
+                self._move(entry, "activations")
+
+    def reset_peak(self) -> None:
+        self.peak = self.live
+        self.peak_totals = dict(self.totals)
+        self.peak_phase = comm.current_phase()
+        self.peak_seq = self._seq
+
+    def report(self) -> MemoryReport:
+        return MemoryReport(self.peak, dict(self.peak_totals), None, "cpu-dispatch", self.peak_phase)
+
+    @contextmanager
+    def track_autograd(self, model: nn.Module) -> Iterator[None]:
+        """Classify saved-for-backward tensors as activations and new .grad tensors as gradients."""
+
+        def pack(t: Tensor) -> Tensor:
+            self.classify(t, "activations")
+            return t
+
+        handles = [
+            p.register_post_accumulate_grad_hook(lambda p: self.classify(p.grad, "gradients"))
+            for p in model.parameters()
+            if p.requires_grad
+        ]
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    # ---- dispatch
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, Tensor):
+                for s in _storages(t):
+                    self._add(s, "other")
+        return out
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    tensors: list[Tensor] = []
+    for state in optimizer.state.values():
+        tensors.extend(v for v in state.values() if isinstance(v, Tensor) and v.dim() > 0)
+    master = getattr(optimizer, "master_params", None)
+    if master:
+        tensors.extend(master)
+    return tensors
+
+
+class CudaPeak:
+    """Allocator peaks on CUDA: allocated (what tensors hold) and reserved (what the cache holds)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __enter__(self) -> CudaPeak:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def report(self, persistent: dict[str, int]) -> MemoryReport:
+        peak = torch.cuda.max_memory_allocated(self.device)
+        reserved = torch.cuda.max_memory_reserved(self.device)
+        breakdown = dict(persistent)
+        breakdown["activations"] = 0
+        breakdown["other"] = max(0, peak - sum(persistent.values()))
+        return MemoryReport(peak, breakdown, reserved, "cuda-allocator")
+
+
+def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer state (storages counted once)."""
+
+    def total(tensors: Iterable[Tensor]) -> int:
+        seen: dict[int, int] = {}
+        for t in tensors:
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+        return sum(seen.values())
+
+    params = list(model.parameters())
+    return {
+        "parameters": total(params),
+        "gradients": total(p.grad for p in params if p.grad is not None),
+        "optimizer": total(optimizer_state_tensors(optimizer)) if optimizer is not None else 0,
+    }
+
+
+@contextmanager
+def tracked(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None = None, capacity_bytes: int | None = None
+) -> Iterator[MemoryTracker]:
+    """A CPU tracker over the block with the model and optimizer registered."""
+    tracker = MemoryTracker(capacity_bytes)
+    with ExitStack() as stack:
+        stack.enter_context(tracker)
+        tracker.register_model(model, optimizer)
+        tracker.reset_peak()
+        yield tracker

@@ -1,0 +1,159 @@
+"""``tspbench validate``: a strategy against the single-device reference, from identical weights.
+
+Compared (relative error ||a - b|| / ||b||, worst over everything of a kind):
+    loss               the global mean loss of one training step
+    logits             [dp B, S, V] at the initial weights, gathered to full shape
+    grads              every parameter's gradient, gathered to full shape
+    params_after_step  every parameter after one AdamW step
+and the collectives each rank counted in the step against the strategy's analytic count
+(calls and message bytes per op, phase and group size must be equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from tspbench.core.spec import Layout, Workload
+from tspbench.dist.comm import CommRecord, summarize
+from tspbench.dist.launch import launch
+from tspbench.measure.runner import RankRun
+from tspbench.model.reference import Reference, single_threaded
+from tspbench.strategy import check_layout
+
+TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 2e-2}
+
+
+def rel_err(a: Tensor, b: Tensor) -> float:
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    if a.shape != b.shape:
+        return float("inf")
+    denom = b.norm()
+    return float((a - b).norm() / denom) if denom > 0 else float((a - b).norm())
+
+
+def worst(a: dict[str, Tensor], b: dict[str, Tensor]) -> tuple[float, str]:
+    missing = set(a) ^ set(b)
+    if missing:
+        return float("inf"), f"parameters not matched: {sorted(missing)[:5]}"
+    errs = {name: rel_err(a[name], b[name]) for name in b}
+    name = max(errs, key=errs.__getitem__)
+    return errs[name], name
+
+
+@dataclass
+class ModeResult:
+    comm: list[CommRecord]
+    analytic: list[CommRecord]
+    peak_bytes: list[int]
+    param_bytes: list[int]
+    errors: dict[str, float]
+    comm_ok: bool  # every rank's counted collectives equal the analytic count
+    worst_param: str = ""
+
+    @property
+    def comm_bytes(self) -> float:
+        return sum(r.bus_bytes for r in self.comm)
+
+
+def _rank_validate(layout: Layout, workload: Workload) -> dict:
+    run = RankRun(layout, workload)
+    first = dist.get_rank() == 0 if dist.is_initialized() else True
+    out: dict = {}
+    if workload.mode == "train":
+        with torch.no_grad():
+            logits = run.strategy.full_logits(run.strategy.logits(run.model, run.batch))
+        measured = run.measured_step()
+        grads = run.strategy.full_tensors(run.model, grads=True)
+        params = run.strategy.full_tensors(run.model)
+        if first:
+            out.update(loss=measured.loss, logits=logits, grads=grads, params=params)
+    else:
+        measured = run.measured_step()
+        logits = run.strategy.full_logits(measured.output)
+        if first:
+            out.update(logits=logits)
+    out.update(
+        comm=measured.comm,
+        peak=measured.memory.peak_bytes,
+        param_bytes=measured.memory.by_category.get("parameters", 0),
+    )
+    return out
+
+
+def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) -> ModeResult:
+    """Run one mode of ``workload`` under ``layout`` and against the reference."""
+    cls = check_layout(layout, workload)
+    with single_threaded():
+        reference = Reference(workload, layout.dp * workload.batch)
+        ref_logits = reference.logits()
+        if workload.mode == "train":
+            ref_loss = reference.train_step()
+    ranks = launch(_rank_validate, layout.world_size, layout, workload, timeout=timeout)
+    got = ranks[0]
+    errors = {"logits": rel_err(got["logits"], ref_logits)}
+    worst_param = ""
+    if workload.mode == "train":
+        errors["loss"] = rel_err(torch.tensor(got["loss"], dtype=torch.float64), ref_loss)
+        errors["grads"], worst_param = worst(got["grads"], reference.tensors(grads=True))
+        errors["params_after_step"], worst_after = worst(got["params"], reference.tensors())
+        worst_param = f"{worst_param} (after step: {worst_after})"
+    analytic = cls.comm_volume(layout, workload)
+    return ModeResult(
+        comm=max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))["comm"],
+        analytic=analytic,
+        peak_bytes=[r["peak"] for r in ranks],
+        param_bytes=[r["param_bytes"] for r in ranks],
+        errors=errors,
+        comm_ok=all(summarize(r["comm"]) == summarize(analytic) for r in ranks),
+        worst_param=worst_param,
+    )
+
+
+def validate(
+    layout: Layout, workload: Workload, modes: tuple[str, ...] = ("train", "infer"), timeout: float = 600.0
+) -> dict:
+    """The `tspbench validate` record: errors per kind (worst over modes), comm, memory, passed."""
+    check_layout(layout, workload)
+    tol = TOLERANCE[workload.dtype]
+    per_mode = {m: validate_mode(layout, workload.with_(mode=m), timeout) for m in modes}
+    max_err = {k: 0.0 for k in ("loss", "logits", "grads", "params_after_step")}
+    for result in per_mode.values():
+        for key in max_err:
+            max_err[key] = max(max_err[key], result.errors.get(key, 0.0))
+    comm_ok = all(r.comm_ok for r in per_mode.values())
+    main = per_mode.get("train") or next(iter(per_mode.values()))
+    return {
+        "strategy": layout.strategy,
+        "layout": layout.describe(),
+        **{k: layout.degree(k) for k in ("dp", "tp", "sp", "tsp")},
+        "world_size": layout.world_size,
+        "model": workload.model.name,
+        "seq_len": workload.seq_len,
+        "batch": workload.batch,
+        "dtype": workload.dtype,
+        "recompute": workload.recompute,
+        "modes": list(modes),
+        "tolerance": tol,
+        "max_rel_err": max_err,
+        "worst_grad_param": main.worst_param,
+        "comm_bytes_per_step": main.comm_bytes,
+        "comm_bytes_per_step_by_mode": {m: r.comm_bytes for m, r in per_mode.items()},
+        "comm_matches_analytic": comm_ok,
+        "comm_counted": {m: _summary_json(r.comm) for m, r in per_mode.items()},
+        "comm_analytic": {m: _summary_json(r.analytic) for m, r in per_mode.items()},
+        "peak_memory_bytes": max(main.peak_bytes),
+        "peak_memory_bytes_per_rank": main.peak_bytes,
+        "parameter_bytes_per_rank": main.param_bytes,
+        "passed": comm_ok and all(v <= tol for v in max_err.values()),
+    }
+
+
+def _summary_json(records: list[CommRecord]) -> list[dict]:
+    return [
+        {"op": op, "phase": phase, "group_size": n, "calls": calls, "msg_bytes": nbytes}
+        for (op, phase, n), (calls, nbytes) in summarize(records).items()
+    ]

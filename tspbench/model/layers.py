@@ -1,0 +1,155 @@
+"""The model's operators: fused RMSNorm and SwiGLU, rotary embeddings, causal attention.
+
+Each fused operator is an autograd Function that saves what a fused kernel would (so the
+memory the CPU tracker measures is what a GPU kernel keeps). Causal attention is bottom-right
+aligned, so a query chunk can sit at the end of a longer key prefix (sequence parallelism).
+Shapes follow the legend in tspbench/model/transformer.py. Nothing here imports
+torch.distributed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x * rsqrt(mean(x^2) + eps) * w. Saves x and rstd [B, S, 1], like a fused kernel."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        rstd = torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return (upcast(x) * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        x, rstd, weight = ctx.saved_tensors
+        xhat = upcast(x) * rstd
+        dxhat = upcast(dy * weight)
+        dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
+        dw = (upcast(dy) * xhat).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dw.to(weight.dtype), None
+
+
+class _SwiGLU(torch.autograd.Function):
+    """a = silu(h1) * h3. Saves h1 and h3 only (a fused gated activation)."""
+
+    @staticmethod
+    def forward(ctx, h1: Tensor, h3: Tensor) -> Tensor:
+        ctx.save_for_backward(h1, h3)
+        return F.silu(h1) * h3
+
+    @staticmethod
+    def backward(ctx, da: Tensor):
+        h1, h3 = ctx.saved_tensors
+        return swiglu_backward(h1, h3, da)
+
+
+def upcast(x: Tensor) -> Tensor:
+    """float32 for half-precision tensors (norm statistics, softmax, loss); unchanged otherwise."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def swiglu_backward(h1: Tensor, h3: Tensor, da: Tensor) -> tuple[Tensor, Tensor]:
+    """Gradients of silu(h1) * h3 with respect to h1 and h3."""
+    sig = torch.sigmoid(h1)
+    silu = h1 * sig
+    return da * h3 * sig * (1 + h1 * (1 - sig)), da * silu
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def swiglu(h1: Tensor, h3: Tensor) -> Tensor:
+    return _SwiGLU.apply(h1, h3)
+
+
+def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos, sin [S, d] for the given (true, possibly non-contiguous) token positions."""
+    inv_freq = theta ** -(
+        torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim
+    )
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate x [B, n, S, d] by its positions (half-split layout).
+
+    The rotation is orthogonal: its transpose (the backward) is apply_rope(g, cos, -sin).
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal attention with bottom-right alignment: o [B, n, Sq, d] from q [B, n, Sq, d], k, v [B, m, Sk, d].
+
+    A query chunk may sit at the end of a longer key prefix (Sq <= Sk): query i sees keys
+    j <= i + Sk - Sq. Sequence-parallel strategies rely on this. Flash kernels on GPU (bf16,
+    fp16); on CPU two flash calls merged by log-sum-exp, so no O(Sq Sk) mask is ever built.
+    """
+    sq, sk = q.shape[-2], k.shape[-2]
+    gqa = q.shape[1] != k.shape[1]
+    if sq == sk:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    if sq > sk:
+        raise ValueError(f"query length {sq} exceeds key length {sk}")
+    if gqa:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256:
+        # The flash kernel aligns its causal mask bottom-right when Sq != Sk.
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
+    if q.device.type == "cpu" and _CPU_FLASH is not None and q.shape[-2] < k.shape[-2]:
+        return _LowerRightCausalCPU.apply(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=lower_right_mask(sq, sk, q))
+
+
+def lower_right_mask(sq: int, sk: int, like: Tensor) -> Tensor:
+    """Additive [Sq, Sk] mask: query i sees keys j <= i + Sk - Sq."""
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=like.device).tril(sk - sq)
+    return torch.zeros(sq, sk, dtype=like.dtype, device=like.device).masked_fill_(~keep, float("-inf"))
+
+
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+class _LowerRightCausalCPU(torch.autograd.Function):
+    """Bottom-right causal attention on CPU with no [Sq, Sk] mask at all.
+
+    The key prefix before the query chunk is fully visible and the last Sq keys form a square
+    causal block: two CPU flash calls merged by their log-sum-exps. Saves q, k, v, o and the
+    merged log-sum-exp, as flash kernels do on GPU. Backward calls the flash backward of each
+    part with the merged o and lse, whose softmax normaliser is the global one (the
+    ring-attention identity), and sums dq.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        split = k.shape[-2] - q.shape[-2]
+        o1, lse1 = _CPU_FLASH(q, k[:, :, :split], v[:, :, :split], 0.0, False)
+        o2, lse2 = _CPU_FLASH(q, k[:, :, split:], v[:, :, split:], 0.0, True)
+        lse = torch.logaddexp(lse1, lse2)
+        w1, w2 = (lse1 - lse).exp().unsqueeze(-1), (lse2 - lse).exp().unsqueeze(-1)
+        out = (upcast(o1) * w1 + upcast(o2) * w2).to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        split = k.shape[-2] - q.shape[-2]
+        dout = dout.contiguous()
+        dq1, dk1, dv1 = _CPU_FLASH_BACKWARD(dout, q, k[:, :, :split], v[:, :, :split], out, lse, 0.0, False)
+        dq2, dk2, dv2 = _CPU_FLASH_BACKWARD(dout, q, k[:, :, split:], v[:, :, split:], out, lse, 0.0, True)
+        return dq1 + dq2, torch.cat([dk1, dk2], dim=2), torch.cat([dv1, dv2], dim=2)
+
+
+def identity(x: Tensor) -> Tensor:
+    return x

@@ -1,0 +1,219 @@
+"""The report's bar charts (memory by category, communication by collective) and the parity plot.
+
+Bars compare layouts at one setting, so when the records sweep several settings the bars take
+the swept length (or micro-batch) as panels and hold everything else at its first value, named
+in the title. Bars are horizontal: layout names stay readable however many there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import seaborn as sns  # palettes for collectives this module does not know
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import LogLocator, NullFormatter
+
+from tspbench.core.names import CATEGORIES
+from tspbench.report import style as st
+from tspbench.report.figures import (
+    CONTEXT,
+    capacity_name,
+    facet_label,
+    natural_key,
+    series_handles,
+    series_list,
+    swept,
+    varying,
+)
+from tspbench.report.frame import Context
+
+MAX_BAR_PANELS = 5
+
+
+# ----------------------------------------------------------------------------- parity
+
+
+def memory_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
+    """(e) Predicted vs measured peak memory, y = x and the ±10% band: how far to trust the model."""
+    ok = df[(df["status"] == "completed") & df["measured_peak"].notna() & df["pred_peak"].notna()]
+    if ok.empty:
+        return None
+    unit, scale = st.byte_unit([*ok["measured_peak"], *ok["pred_peak"]])
+    style = st.SeriesStyle(series_list(ok), ctx.strategies)
+    fig = st.new_figure(7.0, 5.2)  # the axes come out about square: y = x at 45 degrees
+    ax = fig.subplots()
+    keys = parity_axes(ax, [*ok["measured_peak"] / scale, *ok["pred_peak"] / scale])
+    for label in style.labels:
+        rows = ok[ok["series"] == label]
+        line = {**style.line(label), "linestyle": "", "markersize": 7.5}
+        ax.plot(rows["pred_peak"] / scale, rows["measured_peak"] / scale, zorder=4, **line)
+    ax.set_xlabel(f"predicted peak memory per {ctx.noun} ({unit})")
+    ax.set_ylabel(f"measured peak memory per {ctx.noun} ({unit})")
+    handles = [*series_handles(style), *keys]
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
+    err = (ok["pred_peak"] / ok["measured_peak"] - 1) * 100
+    worst = ok.loc[err.abs().idxmax()]
+    stats = (
+        f"{len(ok)} points: median |error| {err.abs().median():.1f}%, worst {err.abs().max():.1f}% "
+        f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])})"
+    )
+    fig.suptitle(ctx.title(f"Predicted vs measured peak memory per {ctx.noun}\n{stats}", ok))
+    return fig
+
+
+def parity_axes(ax: Axes, values: list[float]) -> list:
+    """Equal axes over the values (log when they span more than 8x), the y = x line and the band
+    where the prediction is within ±10% of the measurement (predicted / measured - 1)."""
+    lo, hi = min(values), max(values)
+    log = hi / lo > 8
+    lo, hi = (lo / 1.25, hi * 1.25) if log else (0.0, hi * 1.08)
+    grid = np.geomspace(lo, hi, 64) if log else np.linspace(lo, hi, 64)
+    band = ax.fill_between(
+        grid, grid / 1.1, grid / 0.9, color="#bbbbbb", alpha=0.4, lw=0, label="within ±10%"
+    )
+    (line,) = ax.plot(grid, grid, color=st.CAPACITY_COLOR, lw=1, ls="--", label="prediction = measurement")
+    if log:
+        ax.set(xscale="log", yscale="log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+            axis.set_minor_formatter(NullFormatter())
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(st.count_formatter(axis))
+    ax.set(xlim=(lo, hi), ylim=(lo, hi))
+    return [band, line]
+
+
+# ----------------------------------------------------------------------------- stacked bars
+
+
+def bar_slice(df: pd.DataFrame) -> tuple[pd.DataFrame, str | None, str]:
+    """One representative setting for bar charts: the swept length (or micro-batch) becomes the
+    panels, every other varying setting is held at its first value (named in the title)."""
+    dim = next((c for c in ("seq_len", "batch") if swept(df, c)), None)
+    held = []
+    for col in varying(df, [c for c in CONTEXT if c != dim]):
+        first = df[col].sort_values(key=natural_key(col)).iloc[0]
+        df = df[df[col] == first]
+        held.append(facet_label(col, first, ""))
+    if df["series_mp"].nunique() < df["series"].nunique():  # a data-parallel sweep: smallest dp
+        df = df[df["dp"] == df.groupby("series_mp")["dp"].transform("min")]
+    return df, dim, ", ".join(held)
+
+
+def panel_values(values: Sequence[float]) -> list[float]:
+    """At most MAX_BAR_PANELS values, evenly spaced, first and last kept."""
+    values = sorted(values)
+    if len(values) <= MAX_BAR_PANELS:
+        return values
+    picks = np.linspace(0, len(values) - 1, MAX_BAR_PANELS).round().astype(int)
+    return [values[i] for i in sorted(set(picks))]
+
+
+def stacked_bars(
+    ctx: Context, df: pd.DataFrame, parts: dict[str, tuple[str, str]], what: str, xlabel: str, memory: bool
+) -> Figure:
+    """Horizontal stacked bars, one per layout (top to bottom in legend order), a panel per value
+    of the swept length; ``parts`` maps column -> (legend name, color). Points that did not
+    complete are named in text where their bar would be."""
+    df, dim, held = bar_slice(df)
+    values = panel_values(df[dim].unique()) if dim else [None]
+    labels = list(dict.fromkeys(df["series"]))
+    unit, scale = st.byte_unit([*df[list(parts)].fillna(0).sum(axis=1), *df["capacity"].dropna()])
+    ncols = len(values) if len(values) <= 4 else 3  # five panels in a row would be a thin strip
+    nrows = -(-len(values) // ncols)
+    fig = st.new_figure(1.2 + 2.9 * ncols + 1.9, nrows * max(2.6, 1.0 + 0.32 * len(labels)) + 0.7)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel()
+    for ax in axes[len(values) :]:
+        ax.set_visible(False)
+    for i, (ax, value) in enumerate(zip(axes, values, strict=False)):
+        sub = df if value is None else df[df[dim] == value]
+        draw_bars(ax, sub, labels, parts, scale, memory)
+        ax.set_title(facet_label(dim, value, ctx.noun) if dim else "")
+        ax.set_xlabel(xlabel.format(unit=unit) if i + ncols >= len(values) else "")  # lowest in its column
+        ax.xaxis.set_major_formatter(st.count_formatter(ax.xaxis))
+    axes[0].set_yticks(range(len(labels)), labels)
+    axes[0].set_ylim(len(labels) - 0.5, -0.5)
+    right = max(ax.get_xlim()[1] for ax in axes[: len(values)])
+    for ax in axes:
+        ax.set_xlim(0, right * 1.18)  # one scale for all; room for the totals and OOM notes
+    handles: list = [Patch(color=color, label=name) for name, color in parts.values()]
+    if memory and df["capacity"].nunique() == 1:
+        cap = df["capacity"].iloc[0] / scale
+        label = f"{capacity_name(df)} ({cap:.0f} {unit})"
+        handles.append(Line2D([], [], color=st.CAPACITY_COLOR, ls="--", label=label))
+    if memory and ((df["status"] == "oom") & df["breakdown"]).any():
+        handles.append(
+            Patch(facecolor="white", edgecolor="#555555", hatch="///", label="predicted, over capacity")
+        )
+    fig.legend(
+        handles=handles,
+        loc="outside right center",
+        frameon=False,
+        title="category" if memory else "collective",
+    )
+    fig.suptitle(ctx.title(f"{what}, {held}" if held else what, df))
+    return fig
+
+
+def draw_bars(
+    ax: Axes,
+    sub: pd.DataFrame,
+    labels: list[str],
+    parts: dict[str, tuple[str, str]],
+    scale: float,
+    memory: bool,
+) -> None:
+    for y, label in enumerate(labels):
+        rows = sub[sub["series"] == label]
+        if rows.empty:
+            continue
+        row = rows.iloc[0]
+        show = row["status"] == "completed" or (memory and row["status"] == "oom" and row["breakdown"])
+        if not show:
+            status = "OOM" if row["status"] == "oom" else row["status"]
+            ax.text(0, y, f" {status}", va="center", ha="left", fontsize=8, color="#b00000")
+            continue
+        left = 0.0
+        hatch = "///" if row["status"] == "oom" else None
+        for col, (_, color) in parts.items():
+            width = (row[col] if row[col] == row[col] else 0.0) / scale
+            ax.barh(y, width, left=left, color=color, height=0.7, hatch=hatch, edgecolor="white", lw=0.5)
+            left += width
+        note = f" {left:,.1f}" + (" OOM" if row["status"] == "oom" else "")
+        ax.text(left, y, note, va="center", ha="left", fontsize=7.5, color="#333333")
+    if memory and sub["capacity"].nunique() == 1:
+        ax.axvline(sub["capacity"].iloc[0] / scale, color=st.CAPACITY_COLOR, ls="--", lw=1.1)
+    ax.grid(axis="y", visible=False)
+
+
+def comm_by_op(df: pd.DataFrame, ctx: Context) -> Figure | None:
+    """(f) Bus bytes per step of the busiest rank, stacked by collective, per layout."""
+    done = df[df["status"] == "completed"]
+    ops = [c.removeprefix("comm_op_") for c in df.columns if c.startswith("comm_op_")]
+    ops = [o for o in ops if done[f"comm_op_{o}"].fillna(0).sum() > 0]
+    if not ops:
+        return None
+    ops = [o for o in st.OP_COLORS if o in ops] + sorted(set(ops) - set(st.OP_COLORS))
+    parts = {f"comm_op_{o}": (o, c) for o, c in zip(ops, op_colors(ops), strict=True)}
+    what = f"Communication per step by collective (bus bytes, busiest {ctx.noun})"
+    return stacked_bars(ctx, df, parts, what, "bus bytes per step ({unit})", memory=False)
+
+
+def op_colors(ops: list[str]) -> list[str]:
+    extra = sns.color_palette("Dark2", 8).as_hex()
+    unknown = sorted(o for o in ops if o not in st.OP_COLORS)
+    return [st.OP_COLORS.get(o) or extra[unknown.index(o) % len(extra)] for o in ops]
+
+
+def memory_breakdown(df: pd.DataFrame, ctx: Context) -> Figure | None:
+    """(g) Peak memory per device split into parameters, gradients, optimizer, activations, other."""
+    parts = {f"peak_memory_{c}_bytes": (c, st.CATEGORY_COLORS[c]) for c in CATEGORIES}
+    if not df["breakdown"].any():
+        return None
+    what = f"Peak memory per {ctx.noun} by category"
+    return stacked_bars(ctx, df, parts, what, f"memory per {ctx.noun} ({{unit}})", memory=True)

@@ -1,0 +1,156 @@
+"""``tspbench report RESULTS_DIR [--out DIR]``: summary tables and figures from stored records.
+
+    <out>/                      default RESULTS_DIR/report
+        report.md               index: what ran where, links to the tables, every figure
+        summary.csv, summary.md one row per point (layout, shape, status, memory, speed, comm)
+        <figure>.png, .svg      see FIGURES below
+
+Everything is drawn from the records alone (``tspbench.sweep.store.load``), so a report
+regenerates anywhere, and the same records give byte-identical files (tspbench.report.style.save).
+Given a results root of several experiments, each gets its own subfolder and report.md links
+them. The records become one frame in tspbench.report.frame; tables.py, figures.py (lines) and
+bars.py (bars and parity) draw from it. No torch is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib as mpl
+import pandas as pd
+from matplotlib.figure import Figure
+
+from tspbench.report import bars, figures
+from tspbench.report.frame import Context, context, prepare
+from tspbench.report.style import RC, save
+from tspbench.report.tables import markdown, summary_table
+from tspbench.sweep.store import load, write_atomic
+
+
+@dataclass
+class ReportOutputs:
+    """What one report wrote (for a results root: the index, and one child per experiment)."""
+
+    out_dir: Path
+    index: Path
+    tables: list[Path] = field(default_factory=list)
+    figures: dict[str, list[Path]] = field(default_factory=dict)  # name -> [png, svg]
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> why the records do not support it
+    experiments: list[ReportOutputs] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- records -> columns
+
+
+def is_experiment(path: Path) -> bool:
+    return any(path.glob("*/point.json"))
+
+
+def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
+    """Write tables, figures and report.md for an experiment folder, or for each experiment under
+    a results root (into ``out_dir/<experiment>/``, with an index linking them)."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"{results_dir}: no such results folder")
+    out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
+    if is_experiment(results_dir):
+        return report_experiment(load(results_dir), out_dir)
+    experiments = sorted(p for p in results_dir.iterdir() if p.is_dir() and is_experiment(p))
+    if not experiments:
+        raise FileNotFoundError(f"{results_dir}: no stored runs (no <run>/point.json here or one level down)")
+    children = [report_experiment(load(p), out_dir / p.name) for p in experiments]
+    lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
+    write_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
+    return ReportOutputs(out_dir, out_dir / "report.md", experiments=children)
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure: what draws it (None when the records do not support it), what it shows, why it may
+    be missing."""
+
+    draw: Callable[[pd.DataFrame, Context], Figure | None]
+    what: str
+    why_not: str
+
+    @property
+    def name(self) -> str:
+        return self.draw.__name__
+
+
+FIGURES = (
+    FigureSpec(figures.memory_vs_seq, "peak memory per device vs sequence length, "
+               "capacity and OOM marked", "no layout was run at more than one sequence length"),
+    FigureSpec(figures.throughput_vs_seq, "tokens/s per device vs sequence length",
+               "no layout has a throughput at more than one sequence length"),
+    FigureSpec(figures.scaling, "tokens/s per device and in total vs number of devices",
+               "no model-parallel replica was run at more than one world size"),
+    FigureSpec(figures.microbatch, "tokens/s and peak memory per device vs micro-batch size",
+               "no layout was run at more than one micro-batch size"),
+    FigureSpec(bars.memory_parity, "predicted vs measured peak memory, y = x and the ±10% band",
+               "no completed point has both a measured and a predicted peak"),
+    FigureSpec(bars.comm_by_op, "communication bytes per step by collective and layout",
+               "no completed point communicates"),
+    FigureSpec(bars.memory_breakdown, "peak memory by category (parameters to activations) per "
+               "layout", "no point has its memory split by category"),
+)  # fmt: skip
+
+
+def report_experiment(frame: pd.DataFrame, out_dir: Path) -> ReportOutputs:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = prepare(frame)
+    outputs = ReportOutputs(out_dir, out_dir / "report.md")
+    table = summary_table(df)
+    write_atomic(out_dir / "summary.csv", table.to_csv(index=False))
+    write_atomic(out_dir / "summary.md", markdown(table))
+    outputs.tables = [out_dir / "summary.csv", out_dir / "summary.md"]
+    ctx = context(df)
+    for spec in FIGURES:
+        with mpl.rc_context(RC):
+            fig = spec.draw(df, ctx)
+            if fig is not None:
+                outputs.figures[spec.name] = save(fig, out_dir / spec.name)
+        if fig is None:
+            outputs.skipped[spec.name] = spec.why_not
+            for ext in ("png", "svg"):  # a figure the records no longer support must not linger
+                with contextlib.suppress(FileNotFoundError):
+                    (out_dir / f"{spec.name}.{ext}").unlink()
+    write_atomic(outputs.index, index_text(df, ctx, outputs))
+    return outputs
+
+
+def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs) -> str:
+    """report.md: what ran where, the tables, every figure embedded, what was not drawn and why."""
+    name = str(df["experiment"].iloc[0]) if "experiment" in df and len(df) else outputs.out_dir.name
+    counts = df["status"].value_counts()
+    status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines = [
+        f"# {name}",
+        "",
+        f"{len(df)} points ({status}), {ctx.where}. Regenerate with `tspbench report RESULTS_DIR`.",
+        "",
+        "## Tables",
+        "",
+        "- [summary.md](summary.md), [summary.csv](summary.csv): one row per point",
+        "",
+        "## Figures",
+        "",
+    ]
+    for spec in FIGURES:
+        if spec.name in outputs.figures:
+            title = spec.what[0].upper() + spec.what[1:]
+            lines += [
+                f"### {title}",
+                "",
+                f"![{spec.what}]({spec.name}.png)",
+                "",
+                f"[SVG]({spec.name}.svg)",
+                "",
+            ]
+    if outputs.skipped:
+        lines += ["Not drawn, as the records do not support them:", ""]
+        lines += [f"- {fig}: {why}" for fig, why in outputs.skipped.items()]
+    return "\n".join(lines).rstrip() + "\n"

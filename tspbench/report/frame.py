@@ -1,0 +1,137 @@
+"""Stored records as the one frame tables and figures read, and what to call where they came from.
+
+Records come in kinds told apart by ``source``: measured (``tspbench bench``: peak memory
+measured, the model's prediction beside it), fake (the real step executed under fake tensors)
+and predicted (the analytic model alone: its peak memory *is* the prediction). ``prepare``
+maps them onto one set of columns so that tables and figures need not care which they hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tspbench.core.names import AXES, CATEGORIES, PHASES
+from tspbench.core.units import degrees_text
+
+STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "tp", "sp", "tp_sp", "tsp"))}
+RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
+
+
+@dataclass
+class Context:
+    """How titles name what was run and where, and what a 'device' is called."""
+
+    where: str  # "projected for MI300X (analytic model)", "measured on CPU (2 cores, gloo)"
+    noun: str  # "GPU" or "rank"
+    strategies: list[str]  # every strategy in the records, so colors agree across figures
+
+    def title(self, what: str, df: pd.DataFrame) -> str:
+        fixed = [str(df[c].iloc[0]) for c in ("model", "mode", "dtype") if c in df and df[c].nunique() == 1]
+        preset = f"{fixed[0]} preset, {', '.join(fixed[1:])}" if fixed else ""
+        return f"{what}\n{preset} - {self.where}" if preset else f"{what}\n{self.where}"
+
+
+def column(df: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column, NaN where absent (records of other executors lack some fields)."""
+    if name not in df:
+        return pd.Series(np.nan, index=df.index, dtype=float)
+    return pd.to_numeric(df[name], errors="coerce").astype(float)
+
+
+def series_label(strategy: str, degree_text: str) -> str:
+    """'tsp8' for a one-axis strategy named after its axis, else 'tp_sp tp2 x sp4'."""
+    head = degree_text.split(" x ")[0]
+    return degree_text if head.rstrip("0123456789") == strategy else f"{strategy} {degree_text}"
+
+
+def prepare(frame: pd.DataFrame) -> pd.DataFrame:
+    """The records with the columns tables and figures read, in a fixed, sensible order."""
+    df = frame.copy()
+    for name in (*AXES, "world_size", "seq_len", "batch"):
+        df[name] = column(df, name).fillna(1).astype(int)
+    for name in ("strategy", "mode", "recompute", "dtype", "model", "device"):
+        df[name] = df[name].fillna("").astype(str) if name in df else ""
+    predicted = (df["source"] == "predicted") if "source" in df else pd.Series(False, index=df.index)
+    if "method" in df:
+        predicted |= df["method"] == "predict"
+    df["source"] = np.where(predicted, "predicted", "measured")
+    df["degrees"] = df.apply(lambda row: degrees_text(row["strategy"], row), axis=1)
+    df["series"] = [series_label(s, d) for s, d in zip(df["strategy"], df["degrees"], strict=True)]
+    mp = df.apply(lambda row: degrees_text(row["strategy"], row, with_dp=False), axis=1)
+    df["series_mp"] = [series_label(s, d) for s, d in zip(df["strategy"], mp, strict=True)]
+    add_metrics(df, predicted)
+    return sort(df)
+
+
+def add_metrics(df: pd.DataFrame, predicted: pd.Series) -> None:
+    """Memory, speed and comm columns that mean the same for measured and predicted records."""
+    done = df["status"] == "completed"
+    peak = column(df, "peak_memory_bytes")
+    df["peak"] = peak
+    df["measured_peak"] = peak.where(~predicted & done)
+    df["pred_peak"] = peak.where(predicted, column(df, "predicted_peak_memory_bytes"))
+    df["error_pct"] = (df["pred_peak"] / df["measured_peak"] - 1) * 100
+    df["capacity"] = column(df, "capacity_bytes")
+    df["oom_at"] = df["pred_peak"].fillna(df["capacity"]).where(df["status"] == "oom")
+    df["tput"] = column(df, "tokens_per_s_per_gpu").where(done)
+    df["agg"] = df["tput"] * df["world_size"]
+    df["tflops"] = column(df, "tflops_per_gpu").where(done)
+    df["mfu_pct"] = column(df, "mfu").where(done) * 100
+    df["comm"] = column(df, "comm_bytes_per_step").where(done)
+    for cat in CATEGORIES:
+        df[f"peak_memory_{cat}_bytes"] = column(df, f"peak_memory_{cat}_bytes")
+    df["breakdown"] = df[[f"peak_memory_{c}_bytes" for c in CATEGORIES]].notna().any(axis=1)
+    skip = {"comm_bytes_per_step", *(f"comm_{p}_bytes" for p in PHASES)}
+    ops = sorted(c for c in df.columns if c.startswith("comm_") and c.endswith("_bytes") and c not in skip)
+    for name in ops:
+        df[f"comm_op_{name.removeprefix('comm_').removesuffix('_bytes')}"] = column(df, name)
+
+
+def sort(df: pd.DataFrame) -> pd.DataFrame:
+    """Setting first (mode, recompute), then the model-parallel group size (D: layouts on the same
+    GPUs side by side), strategy, layout (TP-heavy first), data-parallel degree, shape."""
+    keys = pd.DataFrame(
+        {
+            "mode": df["mode"],
+            "recompute": df["recompute"].map(RECOMPUTE_RANK).fillna(9),
+            "model": df["model"],
+            "dtype": df["dtype"],
+            "replica": df["world_size"] // df["dp"].clip(lower=1),
+            "strategy": df["strategy"].map(STRATEGY_RANK).fillna(len(STRATEGY_RANK)),
+            "strategy_name": df["strategy"],
+            **{a: -df[a] for a in AXES[1:]},
+            "dp": df["dp"],
+            "seq_len": df["seq_len"],
+            "batch": df["batch"],
+        }
+    )
+    order = keys.sort_values(list(keys.columns), kind="stable").index
+    return df.loc[order].reset_index(drop=True)
+
+
+def context(df: pd.DataFrame) -> Context:
+    """What titles say about where the records come from."""
+    parts = []
+    if (df["source"] == "measured").any():
+        parts.append(measured_where(df[df["source"] == "measured"]))
+    if (df["source"] == "predicted").any():
+        hardware = sorted({str(h).upper() for h in df.loc[df["source"] == "predicted", "hardware"].dropna()})
+        parts.append(f"projected for {' / '.join(hardware) or 'unknown hardware'} (analytic model)")
+    noun = "GPU" if (df["device"] == "cuda").any() else "rank"
+    return Context(" and ".join(parts), noun, list(dict.fromkeys(df["strategy"])))
+
+
+def measured_where(df: pd.DataFrame) -> str:
+    """'measured on CPU (x86_64, 2 cores, gloo)' or 'measured on NVIDIA H200' from the env fields."""
+    first = df.iloc[0]
+    env = {k[4:]: first[k] for k in df.columns if k.startswith("env_") and pd.notna(first[k])}
+    if first["device"] == "cuda" and env.get("device_name"):
+        return f"measured on {env['device_name']}"
+    if first["device"] == "cpu":
+        details = [env.get("device_name"), f"{env['cpu_count']} cores" if "cpu_count" in env else None,
+                   env.get("backend")]  # fmt: skip
+        return "measured on CPU" + (f" ({', '.join(str(d) for d in details if d)})" if any(details) else "")
+    return "measured"

@@ -1,0 +1,211 @@
+"""The one look of every report figure: colors, markers, units, tick labels, and byte-stable files.
+
+A strategy keeps its color and marker in every figure (``strategy_style``), so a reader learns
+them once; several layouts of one strategy in one panel (TP+SP 2x4 and 4x2) share that color
+and marker and differ by shade and dash. Strategies this module does not know (a third-party
+plugin) take the next free colors in name order.
+
+Files are byte-identical for identical records: no dates or versions in the metadata, a fixed
+SVG hash salt (matplotlib otherwise salts element ids randomly), fixed figure sizes and dpi, and
+callers hand over data in a sorted order.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.axis import Axis
+from matplotlib.colors import to_hex, to_rgb
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+from tspbench.sweep.store import write_atomic
+
+_CB = sns.color_palette("colorblind").as_hex()
+KNOWN_STRATEGIES = ("dp", "tp", "sp", "tp_sp", "tsp")
+STRATEGY_COLORS = {"dp": _CB[7], "tp": _CB[0], "sp": _CB[2], "tp_sp": _CB[4], "tsp": _CB[3]}
+STRATEGY_MARKERS = {"dp": "v", "tp": "s", "sp": "^", "tp_sp": "D", "tsp": "o"}
+EXTRA_COLORS = [_CB[i] for i in (1, 5, 6, 8, 9)] + sns.color_palette("dark", 10).as_hex()
+EXTRA_MARKERS = ("P", "X", "*", "h", "<", ">", "p", "d")
+DASHES = ("", (5, 2), (1.5, 1.5), (6, 1.5, 1.5, 1.5), (3, 1), (8, 2, 2, 2, 2, 2))
+FILLS = ("full", "none", "left", "top", "bottom", "right")
+
+# Categories (memory) and collectives (comm) get a palette of their own, distinct from strategies.
+CATEGORY_COLORS = dict(
+    zip(
+        ("parameters", "gradients", "optimizer", "activations", "other"),
+        sns.color_palette("Set2", 8).as_hex()[:5],
+        strict=True,
+    )
+)
+OP_COLORS = dict(
+    zip(
+        ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast", "reduce", "all_to_all"),
+        sns.color_palette("Set2", 8).as_hex()[:7],
+        strict=True,
+    )
+)
+CAPACITY_COLOR = "#3a3a3a"
+OOM_MARKER = "X"
+
+PNG_DPI = 150
+RC = {
+    **sns.axes_style("whitegrid"),
+    "font.size": 9.5,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9.5,
+    "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5,
+    "legend.fontsize": 8.5,
+    "legend.title_fontsize": 9,
+    "figure.titlesize": 11.5,
+    "lines.linewidth": 1.8,
+    "lines.markersize": 6,
+    "svg.hashsalt": "tspbench-report",
+    "svg.fonttype": "path",
+    "figure.dpi": 100,
+}
+
+
+def strategy_style(strategies: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(color, marker) per strategy: fixed for the known five, the next free ones for the rest."""
+    out = {s: (STRATEGY_COLORS[s], STRATEGY_MARKERS[s]) for s in KNOWN_STRATEGIES}
+    extra = sorted(set(strategies) - set(KNOWN_STRATEGIES))
+    for i, name in enumerate(extra):
+        color = EXTRA_COLORS[i] if i < len(EXTRA_COLORS) else to_hex(sns.husl_palette(len(extra))[i])
+        out[name] = (color, EXTRA_MARKERS[i % len(EXTRA_MARKERS)])
+    return out
+
+
+def shade(color: str, amount: float) -> str:
+    """Darker (amount < 0, toward black) or lighter (> 0, toward white) version of ``color``."""
+    rgb = to_rgb(color)
+    target = 1.0 if amount > 0 else 0.0
+    return to_hex(tuple(c + (target - c) * abs(amount) for c in rgb))
+
+
+class SeriesStyle:
+    """Color, marker, dash and marker fill per series label. Series of one strategy share its hue
+    and marker shape and differ by shade (dark to light), dash and fill (full, hollow, half)."""
+
+    def __init__(self, series: Sequence[tuple[str, str]], all_strategies: Sequence[str]) -> None:
+        """``series`` is (label, strategy) pairs in legend order; ``all_strategies`` fixes colors."""
+        base = strategy_style(all_strategies)
+        self.labels = [label for label, _ in series]
+        self.strategy = dict(series)
+        self.color: dict[str, str] = {}
+        self.marker: dict[str, str] = {}
+        self.variant: dict[str, int] = {}
+        for strategy in dict.fromkeys(s for _, s in series):
+            members = [label for label, s in series if s == strategy]
+            color, marker = base[strategy]
+            for i, label in enumerate(members):
+                amount = -0.35 + 0.8 * i / (len(members) - 1) if len(members) > 1 else 0.0
+                self.color[label] = shade(color, amount) if amount else color
+                self.marker[label] = marker
+                self.variant[label] = i
+
+    def line(self, label: str) -> dict:
+        """Keyword arguments for ``Axes.plot`` / ``Line2D`` of this series."""
+        i = self.variant[label]
+        dash, fill, color = DASHES[i % len(DASHES)], FILLS[i % len(FILLS)], self.color[label]
+        return {
+            "color": color,
+            "marker": self.marker[label],
+            "linestyle": "-" if dash == "" else (0, dash),
+            "fillstyle": fill,
+            "markerfacecoloralt": "white",
+            "markeredgecolor": "white" if fill == "full" else color,
+            "markeredgewidth": 0.6 if fill == "full" else 1.2,
+            "label": label,
+        }
+
+
+# ----------------------------------------------------------------------------- units and ticks
+
+
+def byte_unit(values: Sequence[float]) -> tuple[str, float]:
+    """GiB, MiB or KiB, whichever reads best for the typical (median) value: (name, divisor).
+    The median, not the maximum: one predicted 1.1 GiB must not turn 60 MiB peaks into 0.06."""
+    finite = sorted(abs(v) for v in values if v == v)
+    typical = finite[len(finite) // 2] if finite else 0.0
+    for name, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if typical >= scale:
+            return name, float(scale)
+    return "KiB", float(2**10)
+
+
+def tokens_label(n: float) -> str:
+    """4096 -> '4K', 131072 -> '128K', 1048576 -> '1M' (powers of two: that is how sequences grow)."""
+    if n >= 2**20 and n % 2**20 == 0:
+        return f"{int(n) // 2**20}M"
+    if n >= 2**10 and n % 2**10 == 0:
+        return f"{int(n) // 2**10}K"
+    return f"{n:g}"
+
+
+def count_label(x: float, _pos: int | None = None) -> str:
+    """1234 -> '1,234'; 0.25 -> '0.25' (no scientific notation on an axis)."""
+    return f"{x:,.0f}" if abs(x) >= 10 or x == int(x) else f"{x:.3g}"
+
+
+def count_formatter(axis: Axis) -> FuncFormatter:
+    """Plain numbers, in K or M when the axis reaches 20,000 or 2,000,000: decided by the axis
+    range at draw time, so every tick of one axis uses the same style."""
+
+    def label(x: float, _pos: int | None = None) -> str:
+        top = max(abs(v) for v in axis.get_view_interval())
+        for div, suffix in ((1e6, "M"), (1e3, "K")):
+            if top >= 2 * div and x != 0:
+                return f"{x / div:,.3g}{suffix}"
+        return count_label(x)
+
+    return FuncFormatter(label)
+
+
+def log2_axis(ax: Axes, values: Sequence[float], label: Callable[[float], str] = tokens_label) -> None:
+    """Log2 x axis with a tick at each value swept (and only those), labelled in words."""
+    ticks = sorted({float(v) for v in values})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: label(x)))
+    if len(ticks) == 1:
+        ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
+    else:
+        ax.set_xlim(ticks[0] / 2**0.3, ticks[-1] * 2**0.3)
+
+
+def plain_y(ax: Axes, log: bool = False) -> None:
+    """Plain y tick labels; on a log axis ticks at 1, 2 and 5 per decade, none unlabelled."""
+    if log:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(count_formatter(ax.yaxis))
+
+
+# ----------------------------------------------------------------------------- figures and files
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A figure outside pyplot (no global state, nothing to close) with constrained layout."""
+    return Figure(figsize=(round(width, 2), round(height, 2)), layout="constrained")
+
+
+def save(fig: Figure, base: Path) -> list[Path]:
+    """Write ``base``.png and .svg, byte-identical for identical figures; returns both paths."""
+    out = []
+    for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+        buf = io.BytesIO()
+        with mpl.rc_context({"svg.hashsalt": RC["svg.hashsalt"], "svg.fonttype": "path"}):
+            fig.savefig(buf, format=ext, dpi=PNG_DPI, metadata=meta)
+        path = base.with_suffix(f".{ext}")
+        write_atomic(path, buf.getvalue())
+        out.append(path)
+    return out

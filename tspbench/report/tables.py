@@ -1,0 +1,47 @@
+"""The summary table of a report: one row per point, in CSV and GitHub Markdown."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tspbench.report.style import byte_unit
+
+IDENTITY = ("strategy", "degrees", "world_size", "seq_len", "batch", "mode", "recompute", "status", "source")
+
+
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per point; a metric column appears only when some point has it. Memory columns
+    share one unit (GiB or MiB, whichever suits the largest value) so they compare by eye."""
+    noun = "GPU" if (df["device"] == "cuda").any() else "rank"
+    mem_unit, mem_scale = byte_unit([*df["measured_peak"].dropna(), *df["pred_peak"].dropna()])
+    comm_unit, comm_scale = byte_unit(list(df["comm"].dropna()))
+    metrics = {
+        f"peak measured ({mem_unit})": (df["measured_peak"] / mem_scale).round(2),
+        f"peak predicted ({mem_unit})": (df["pred_peak"] / mem_scale).round(2),
+        "prediction error (%)": df["error_pct"].round(1) + 0.0,  # + 0.0: no "-0.0"
+        f"tokens/s per {noun}": df["tput"].round(1),
+        f"TFLOP/s per {noun}": df["tflops"].apply(lambda v: float(f"{v:.4g}") if v == v else v),
+        "MFU (%)": df["mfu_pct"].round(1),
+        f"comm per step ({comm_unit})": (df["comm"] / comm_scale).round(2),
+    }
+    table = df[list(IDENTITY)].copy()
+    for name, values in metrics.items():
+        if values.notna().any():
+            table[name] = values
+    return table
+
+
+FORMATS = {"peak": "{:,.2f}", "prediction error": "{:+.1f}", "tokens/s": "{:,.1f}", "TFLOP/s": "{:.4g}",
+           "MFU": "{:.1f}", "comm": "{:,.2f}"}  # fmt: skip
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A GitHub Markdown table: numbers right-aligned with one format per column, blanks for none."""
+    formats = [next((f for k, f in FORMATS.items() if c.startswith(k)), "{}") for c in table.columns]
+    numeric = [pd.api.types.is_numeric_dtype(table[c]) for c in table.columns]
+    rule = "|" + "|".join("---:" if n else "---" for n in numeric) + "|"
+    lines = ["| " + " | ".join(table.columns) + " |", rule]
+    for row in table.itertuples(index=False):
+        cells = ["" if pd.isna(v) else f.format(v) for v, f in zip(row, formats, strict=True)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

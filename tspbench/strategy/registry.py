@@ -1,0 +1,69 @@
+"""The strategy registry: plugins register by name; built-ins and entry points load on first use.
+
+The built-in plugins (``tspbench.strategies``, the repository's top-level strategies/ folder)
+and third-party ones (the ``tspbench.strategies`` entry-point group, ``name = "module:Class"``)
+are imported by name the first time a strategy is asked for, as submitit loads its plugins, so
+this API never imports a plugin at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Iterator
+
+from tspbench.core.errors import LayoutError
+from tspbench.core.spec import Layout, Workload
+from tspbench.strategy.base import Strategy
+
+BUILTIN = "tspbench.strategies"
+ENTRY_POINT_GROUP = "tspbench.strategies"
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+_LOADED = False
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: add a strategy under ``cls.name``. A duplicate name raises."""
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"strategy {cls.name!r} is already registered by {_REGISTRY[cls.name].__module__}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    importlib.import_module(BUILTIN)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        cls = ep.load()
+        if cls.name not in _REGISTRY:
+            register(cls)
+
+
+def available() -> list[str]:
+    _load()
+    return sorted(_REGISTRY)
+
+
+def get_strategy(name: str) -> type[Strategy]:
+    _load()
+    if name not in _REGISTRY:
+        raise LayoutError(f"unknown strategy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def check_layout(layout: Layout, workload: Workload) -> type[Strategy]:
+    """Validate a layout against a workload before anything is launched; returns the strategy."""
+    cls = get_strategy(layout.strategy)
+    cls.check(layout, workload)
+    return cls
+
+
+def iter_strategies() -> Iterator[type[Strategy]]:
+    _load()
+    yield from (_REGISTRY[n] for n in sorted(_REGISTRY))

@@ -1,0 +1,43 @@
+"""What a strategy says it moves: a Traffic entry per kind of collective in a step, and what
+recomputation repeats. The analytic count, the time model and validate's comparison all read
+these declarations (tspbench.strategy.base.Strategy.traffic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tspbench.core.spec import Workload
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """A collective a strategy issues in a step, for its analytic count and time.
+
+    ``axes`` name the group (its size follows from the layout; ``channel`` > 0 is a second
+    communicator over the same ranks). ``hidden`` says the schedule overlaps it with compute.
+    ``scope`` says what recomputation repeats it: "core" (inside the attention core: selective
+    and full recomputation re-issue it in backward), "block" (inside a decoder block: full
+    recomputation re-issues it), "block_end" (the block's last op: torch's checkpoint stops
+    recomputing once every saved tensor is back, so nothing after the last saving op is
+    re-run), "model" (outside the blocks: never repeated).
+    """
+
+    op: str
+    axes: tuple[str, ...]
+    msg_bytes: int
+    count: int = 1
+    phase: str = "forward"
+    scope: str = "block"
+    hidden: bool = False
+    channel: int = 0
+
+
+RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
+
+
+def with_recomputation(traffic: list[Traffic], workload: Workload) -> list[Traffic]:
+    """The step's traffic plus the forward traffic that recomputation repeats in backward."""
+    repeat = RECOMPUTED_SCOPES[workload.recompute] if workload.mode == "train" else ()
+    out = [t for t in traffic if t.count]
+    out += [replace(t, phase="backward") for t in out if t.phase == "forward" and t.scope in repeat]
+    return out

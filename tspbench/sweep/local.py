@@ -1,0 +1,132 @@
+"""The local and predict executors: points measured (or predicted) one after another, here.
+
+``measure_local`` runs a point through ``tspbench.measure.bench.bench``, which turns OOM, a
+crashing rank and a hang into statuses; anything else that escapes is recorded ``failed``
+with its traceback. Ctrl-C puts the running point back to pending. One sweep per results folder
+at a time (``sweep_lock``): a second would rerun the first one's running point.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.predict import predict_record
+from tspbench.core.errors import UsageError
+from tspbench.core.units import excerpt
+from tspbench.measure.bench import bench
+from tspbench.measure.env import environment
+from tspbench.sweep.points import Point
+from tspbench.sweep.progress import Progress
+from tspbench.sweep.store import Store, exclusive, now, pid_alive, read_json
+
+Measure = Callable[[Point], dict[str, Any]]
+
+
+def measure_local(point: Point) -> dict[str, Any]:
+    """One point on this machine: bench() turns OOM, crashes and hangs into statuses."""
+    m = point.config["measure"]
+    return bench(
+        point.layout,
+        point.workload,
+        m["steps"],
+        m["warmup"],
+        m["repeats"],
+        m["capacity_bytes"],
+        point.timeout,
+    )
+
+
+def predictor(hardware: str) -> Measure:
+    """The analytic model as a measure function."""
+
+    def predict(point: Point) -> dict[str, Any]:
+        return {**point.base_record(), **predict_record(point.layout, point.workload, hardware)}
+
+    return predict
+
+
+@contextmanager
+def sweep_lock(store: Store) -> Iterator[None]:
+    """One sweep per experiment folder at a time (a lock left by a killed sweep, whose pid is
+    gone, is taken over)."""
+    store.root.mkdir(parents=True, exist_ok=True)
+    lock = store.root / ".sweep.lock"
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now()}
+
+    def abandoned() -> bool:
+        other = read_json(lock) or {}
+        return other.get("host") == socket.gethostname() and not pid_alive(other.get("pid", -1))
+
+    if not exclusive(lock, holder, abandoned):
+        raise UsageError(
+            f"{store.root}: another sweep is running it ({read_json(lock)}); wait or remove {lock}"
+        )
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def run_local(
+    points: list[Point],
+    store: Store,
+    measure: Measure = measure_local,
+    executor: str = "local",
+    progress: Progress | None = None,
+) -> None:
+    """Measure ``points`` one after another. Ctrl-C puts the current point back to pending."""
+    progress = progress or Progress(len(points))
+    env = _environment(points, executor)
+    for point in points:
+        rid = point.run_id
+        store.queue(rid, executor=executor)
+        attempt = store.start(rid, host=socket.gethostname(), pid=os.getpid())
+        if env:
+            store.write_env(rid, env)
+        progress.update(1, point.label)
+        text = ""
+        try:
+            record = measure(point)
+        except KeyboardInterrupt:
+            store.update(rid, lambda s: {**s, "status": "pending", "error": "interrupted"} if s else None)
+            raise
+        except Exception:  # bench turns rank failures into records; this is anything else
+            text = traceback.format_exc()
+            record = {**point.base_record(), "status": "failed", "error": excerpt(text)}
+        status = record["status"]
+        store.finish(rid, status, record)
+        if status != "completed" and (text or record.get("error")):
+            store.write_log(rid, f"attempt-{attempt}.log", text or str(record["error"]))
+        progress.finished(status, f"{point.label}{_headline(record)}")
+        progress.update(0)
+    progress.close()
+
+
+def _environment(points: list[Point], executor: str) -> dict[str, Any]:
+    """The environment record stored with each point; for a projection, the model's code and
+    the hardware profile it assumed."""
+    if not points:
+        return {}
+    if executor != "predict":
+        return environment(points[0].workload.device)
+    hardware = points[0].config.get("hardware")
+    profile = load_hardware(hardware).to_dict() if hardware else None
+    return {**environment("cpu"), "executor": "predict", "hardware_profile": profile}
+
+
+def _headline(record: dict[str, Any]) -> str:
+    if record.get("status") != "completed":
+        error = str(record.get("error") or "").strip()
+        return f"  {error.splitlines()[0][:100]}" if error else ""
+    out = ""
+    if record.get("step_time_s") is not None:
+        out += f"  step {record['step_time_s'] * 1e3:.1f} ms"
+    if record.get("peak_memory_bytes") is not None:
+        out += f"  peak {record['peak_memory_bytes'] / 2**20:.1f} MiB"
+    return out

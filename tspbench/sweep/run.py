@@ -1,0 +1,147 @@
+"""Running an experiment's points into the results store (``tspbench run``).
+
+Everything is validated first (experiment, cluster profile, executor); only then is anything
+written. Completed points are skipped, so a killed sweep resumes where it stopped; finished
+points that did not complete (oom, failed, timeout, cancelled) are results too and rerun only
+with ``retry_failed``. Executors: ``local`` measures points one after another on this machine
+(tspbench.sweep.local); ``slurm`` submits them as submitit job arrays (tspbench.sweep.slurm);
+``predict`` asks the analytic model (tspbench.analytic).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tspbench.core.errors import UsageError
+from tspbench.sweep import local, slurm
+from tspbench.sweep.cluster import Profile, load_profile
+from tspbench.sweep.experiment import Experiment, load_experiment
+from tspbench.sweep.points import Point, Skipped, expand
+from tspbench.sweep.progress import Progress
+from tspbench.sweep.store import Store, write_json
+
+
+@dataclass
+class Sweep:
+    """A validated sweep: the experiment, its executor and cluster, its points and the skipped ones."""
+
+    experiment: Experiment
+    executor: str
+    points: list[Point]
+    skipped: list[Skipped]
+    profile: Profile | None = None  # when a cluster is named
+
+    @property
+    def gpus_per_node(self) -> int | None:
+        return self.profile.gpus_per_node if self.profile is not None else None
+
+
+def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster: str | None) -> Sweep:
+    """Load and validate everything a run needs; raises UsageError (exit 2) on bad input."""
+    exp = load_experiment(path, overrides)
+    executor = executor or exp.executor
+    cluster = cluster or exp.cluster
+    if executor == "slurm" and cluster is None:
+        raise UsageError(
+            f"{exp.path}: the slurm executor needs a cluster profile: --cluster NAME or cluster:"
+        )
+    profile = load_profile(cluster) if cluster is not None and executor != "predict" else None
+    if executor == "predict" and exp.hardware is None:
+        raise UsageError(f"{exp.path}: the predict executor needs a hardware profile: set hardware:")
+    method = "predict" if executor == "predict" else "measure"
+    points, skipped = expand(exp, method, exp.hardware)
+    if executor == "slurm":
+        profile.check_points(points, exp.path)
+    if executor == "predict":
+        _check_predictor(exp, points)
+    if executor == "local":
+        _check_local_devices(exp, points)
+    return Sweep(exp, executor, points, skipped, profile)
+
+
+def _check_predictor(exp: Experiment, points: list[Point]) -> None:
+    """Predict the first point now (it is instant), so a bad hardware name fails before the run."""
+    try:
+        local.predictor(exp.hardware or "")(points[0])
+    except Exception as exc:
+        raise UsageError(f"{exp.path}: hardware {exp.hardware!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _check_local_devices(exp: Experiment, points: list[Point]) -> None:
+    """CUDA points need one visible GPU per rank on this machine."""
+    cuda = [p for p in points if p.config["workload"]["device"] == "cuda"]
+    if not cuda:
+        return
+    need, have = max(p.world_size for p in cuda), torch.cuda.device_count()
+    if have < need:
+        raise UsageError(
+            f"{exp.path}: device cuda needs {need} GPUs on this machine for the local executor, "
+            f"{have} visible; use --executor slurm or predict, or --set settings.device=cpu"
+        )
+
+
+def select(points: list[Point], store: Store, retry_failed: bool) -> list[Point]:
+    """Write every point's folder (point.json, pending) and return those that need a run."""
+    for point in points:
+        store.prepare(point.to_json())
+    return [p for p in points if store.needs_run(p.run_id, retry_failed)]
+
+
+@contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a killed job, a closed terminal) unwinds like Ctrl-C, so ranks are killed too."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_sweep(
+    sweep: Sweep, store: Store, retry_failed: bool, progress: Progress | None = None
+) -> list[Point]:
+    """Run the points that need it (one sweep per results folder at a time); returns them.
+    KeyboardInterrupt (Ctrl-C, SIGTERM) leaves the current point pending and propagates."""
+    lock = local.sweep_lock(store) if sweep.executor != "slurm" else nullcontext()
+    with interrupt_on_sigterm(), lock:
+        todo = select(sweep.points, store, retry_failed)
+        write_json(store.root / "experiment.json", experiment_json(sweep))
+        progress = progress or Progress(len(todo))
+        progress.total = len(todo)
+        progress.note(
+            f"{sweep.experiment.name}: {len(sweep.points)} points, {len(sweep.points) - len(todo)} already "
+            f"done, {len(todo)} to run with the {sweep.executor} executor -> {store.root}"
+        )
+        execute(sweep, todo, store, progress)
+    return todo
+
+
+def execute(sweep: Sweep, todo: list[Point], store: Store, progress: Progress) -> None:
+    """Hand the points to the sweep's executor."""
+    if sweep.executor == "slurm":
+        slurm.run_slurm(todo, store, sweep.profile, progress)
+        return
+    measure = (
+        local.measure_local if sweep.executor == "local" else local.predictor(sweep.experiment.hardware or "")
+    )
+    local.run_local(todo, store, measure, sweep.executor, progress)
+
+
+def experiment_json(sweep: Sweep) -> dict[str, Any]:
+    exp = sweep.experiment
+    return {
+        "name": exp.name,
+        "file": str(exp.path),
+        "overrides": list(exp.overrides),
+        "executor": sweep.executor,
+    }

@@ -1,0 +1,201 @@
+"""The Slurm executor: each point one submitit job, one task per rank, no torchrun.
+
+Per point: nodes = ceil(world / gpus_per_node), tasks per node = min(world, gpus_per_node).
+Points of the same shape go out as one job array (``executor.batch()``, at most
+``array_parallelism`` running at once). What runs inside a job, and how a failing rank ends it,
+is tspbench.sweep.slurm_job. The sweep watches its jobs through ``squeue``/``sacct`` (each call
+with a timeout), and maps a job that ended without recording anything to a status
+(``SLURM_OUTCOMES``); without accounting Slurm forgets finished jobs and submitit sees UNKNOWN,
+so a job that has left the queue without a word is recorded ``failed`` after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import math
+import shutil
+import subprocess
+import time
+from collections import defaultdict
+
+import submitit
+
+from tspbench.core.errors import UsageError
+from tspbench.core.names import FINAL_STATUSES
+from tspbench.sweep.cluster import Profile
+from tspbench.sweep.points import Point
+from tspbench.sweep.progress import Progress
+from tspbench.sweep.slurm_job import PointTask
+from tspbench.sweep.store import Store
+
+START_MARGIN_MIN = 3  # job time limit = point timeout + this (imports, rendezvous, writing)
+QUERY_TIMEOUT_S = 30.0
+VANISHED_GRACE_S = 15.0
+ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+          "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}  # fmt: skip
+SLURM_OUTCOMES = {
+    "TIMEOUT": "timeout",
+    "DEADLINE": "timeout",
+    "CANCELLED": "cancelled",
+    "PREEMPTED": "cancelled",
+    "OUT_OF_MEMORY": "oom",
+    "FAILED": "failed",
+    "NODE_FAIL": "failed",
+    "BOOT_FAIL": "failed",
+    "COMPLETED": "failed",  # completed without a record: the task died before writing
+}
+
+
+# ----------------------------------------------------------------------------- submitting
+
+
+def _require_slurm() -> None:
+    missing = [b for b in ("sbatch", "squeue", "scancel") if shutil.which(b) is None]
+    if missing:
+        raise UsageError(f"slurm executor: {', '.join(missing)} not found; run on a Slurm login node")
+
+
+def submit(
+    points: list[Point], store: Store, profile: Profile, progress: Progress
+) -> list[tuple[Point, str]]:
+    """Submit ``points`` as one job array per (nodes, tasks per node, time limit)."""
+    groups: dict[tuple[int, int, int], list[Point]] = defaultdict(list)
+    for p in points:
+        gpn = profile.gpus_per_node
+        minutes = min(profile.time, math.ceil(p.timeout / 60) + START_MARGIN_MIN)
+        groups[(p.nodes(gpn), p.tasks_per_node(gpn), minutes)].append(p)
+    submitted: list[tuple[Point, str]] = []
+    for (nodes, tasks, minutes), group in groups.items():
+        executor = submitit.SlurmExecutor(folder=store.root / ".slurm" / "%j", max_num_timeout=0)
+        executor.update_parameters(
+            **profile.parameters(nodes, tasks, minutes, f"tspbench-{group[0].experiment}")
+        )
+        for p in group:
+            store.queue(p.run_id, executor="slurm", slurm_job_id=None)
+        try:
+            with executor.batch():
+                jobs = [executor.submit(PointTask(str(store.root), p.to_json())) for p in group]
+        except Exception as exc:  # sbatch rejected it: the points fail, the other groups go on
+            message = f"sbatch failed: {str(exc).strip()[:2000]}"
+            progress.note(f"{nodes} node(s) x {tasks} task(s): {message}")
+            for p in group:
+                store.finish(p.run_id, "failed", error=message)
+            continue
+        for p, job in zip(group, jobs, strict=True):
+            store.annotate(p.run_id, slurm_job_id=job.job_id)
+            submitted.append((p, job.job_id))
+    return submitted
+
+
+# ----------------------------------------------------------------------------- watching
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _expand(job: str) -> list[str]:
+    """``123_[1-3,5%2]`` -> 123_1, 123_2, 123_3, 123_5 (pending array elements)."""
+    if "_[" not in job:
+        return [job]
+    main, ranges = job.split("_[", 1)
+    out = []
+    for part in ranges.rstrip("]").split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        out += [f"{main}_{i}" for i in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+def job_states(job_ids: set[str]) -> tuple[dict[str, str], bool]:
+    """Job id -> Slurm state (squeue first, it knows live jobs; then sacct); and whether squeue
+    answered (if not, nothing may be concluded from a job's absence)."""
+    if not job_ids:
+        return {}, True
+    mains = sorted({j.split("_")[0] for j in job_ids})
+    states: dict[str, str] = {}
+    acct = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(mains)])
+    # all of the user's jobs, not -j: squeue fails on ids it has already forgotten
+    queue = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T", "-u", getpass.getuser()])
+    for text, sep in ((acct, "|"), (queue, " ")):
+        for line in (text or "").splitlines():
+            job, _, state = line.strip().partition(sep)
+            for jid in _expand(job):
+                states[jid] = state.split()[0] if state.split() else "UNKNOWN"
+    return states, queue is not None
+
+
+def watch(submitted: list[tuple[Point, str]], store: Store, profile: Profile, progress: Progress) -> None:
+    """Poll until every point has a final status (or ``wait_timeout``: the jobs keep going)."""
+    open_points = {p.run_id: (p, job) for p, job in submitted}
+    gone: dict[str, float] = {}
+    deadline = time.monotonic() + profile.wait_timeout
+    while open_points:
+        states, answered = job_states({job for _, job in open_points.values()})
+        for rid, (point, job) in list(open_points.items()):
+            state = states.get(job, "UNKNOWN")
+            status = store.state(rid)
+            if status not in FINAL_STATUSES:
+                status = _conclude(store, rid, job, state, answered, gone)
+            if status in FINAL_STATUSES:
+                del open_points[rid]
+                _copy_logs(store, rid, job)
+                progress.finished(status, f"{point.label}  job {job}")
+        running = sum(states.get(job) == "RUNNING" for _, job in open_points.values())
+        queued = len(open_points) - running
+        progress.update(running, f"{queued} queued" if open_points else "")
+        if not open_points or time.monotonic() > deadline:
+            break
+        time.sleep(profile.poll)
+    if open_points:
+        ids = " ".join(sorted({j.split("_")[0] for _, j in open_points.values()}))
+        progress.note(
+            f"stopped watching after {profile.wait_timeout:.0f} s; jobs {ids} go on and record their "
+            f"own status (`tspbench status {store.root}`; `scancel {ids}` stops them)"
+        )
+    progress.close()
+
+
+def _conclude(
+    store: Store, rid: str, job: str, state: str, answered: bool, gone: dict[str, float]
+) -> str | None:
+    """A job that ended (or vanished) without recording a status gets one from its Slurm state."""
+    if state in ACTIVE:
+        gone.pop(rid, None)
+        return None
+    if state == "UNKNOWN":
+        if not answered:
+            return None
+        first_missed = gone.setdefault(rid, time.monotonic())
+        if time.monotonic() - first_missed < VANISHED_GRACE_S:
+            return None
+        error = f"Slurm job {job} left the queue without recording a status (state unknown: no accounting?)"
+        store.finish(rid, "failed", error=error)
+    else:
+        outcome = SLURM_OUTCOMES.get(state, "failed")
+        store.finish(rid, outcome, error=f"Slurm job {job} ended {state}", slurm_state=state)
+    return store.state(rid)
+
+
+def _copy_logs(store: Store, rid: str, job: str) -> None:
+    """The Slurm tasks' stdout/stderr into the run folder's logs/ (best effort)."""
+    folder = store.root / ".slurm" / job
+    for path in sorted(folder.glob("*_log.*")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            store.write_log(rid, f"slurm-{path.name}", path.read_text(errors="replace")[-200_000:])
+
+
+def run_slurm(points: list[Point], store: Store, profile: Profile, progress: Progress) -> None:
+    """Submit the points that are not already queued or running in Slurm, then watch them all."""
+    _require_slurm()
+    listed = {p.run_id: (store.status(p.run_id) or {}).get("slurm_job_id") for p in points}
+    states, _ = job_states({j for j in listed.values() if j})
+    live = [(p, listed[p.run_id]) for p in points if states.get(listed[p.run_id] or "", "") in ACTIVE]
+    fresh = [p for p in points if p.run_id not in {q.run_id for q, _ in live}]
+    for p, job in live:
+        progress.note(f"still in Slurm as job {job}: {p.run_id} (not resubmitted)")
+    watch(live + submit(fresh, store, profile, progress), store, profile, progress)

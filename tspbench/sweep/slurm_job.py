@@ -1,0 +1,170 @@
+"""Inside a Slurm job: one task per rank runs one point and records how it ended.
+
+Inside each task (``run_task``): submitit's ``TorchDistributedEnvironment`` gives rank, world
+and rendezvous (loopback when the master's host name does not resolve, as on the one-host test
+cluster), ``init_process_group`` (NCCL on GPUs, gloo otherwise) with the point's timeout, then
+the same per-rank body as ``bench``. Rank 0 gathers every rank's measurement and writes the
+record.
+
+A job must never hang the sweep: a rank that raises records its error (OOM -> ``oom``) and
+leaves with ``os._exit(1)``, and ``srun --kill-on-bad-exit`` takes the other ranks down; a
+watchdog in every rank records ``timeout`` and exits when the point overruns; the job's own
+time limit sits above that. Preemption: ``PointTask`` is a submitit Checkpointable, so a
+preempted job is requeued and the point reruns from its start (a benchmark step has no state
+worth saving).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import traceback
+from datetime import timedelta
+from typing import Any
+
+import submitit
+import torch
+import torch.distributed as dist
+
+from tspbench.core.units import excerpt
+from tspbench.dist.launch import RankError
+from tspbench.measure.bench import completed_record, rank_bench
+from tspbench.measure.env import environment
+from tspbench.sweep.points import Point
+from tspbench.sweep.store import Store
+
+
+class PointTask(submitit.helpers.Checkpointable):
+    """The submitted callable: one point, run by every task of its job."""
+
+    def __init__(self, experiment_dir: str, point: dict[str, Any]) -> None:
+        self.experiment_dir, self.point = experiment_dir, point
+        self.preempted = False
+
+    def __call__(self) -> str:
+        return run_task(self)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """Preempted (or at the time limit): back to pending; the requeued job reruns the point."""
+        self.preempted = True
+        store = Store(self.experiment_dir)
+        store.update(
+            self.point["run_id"],
+            lambda s: (
+                {**s, "status": "pending", "error": "preempted; requeued"}
+                if s and s["status"] == "running"
+                else None
+            ),
+        )
+        return super().checkpoint(*args, **kwargs)
+
+
+def run_task(task: PointTask) -> str:
+    """One rank of one point (see the module docstring for how failures end the job)."""
+    point, store = Point.from_json(task.point), Store(task.experiment_dir)
+    rid = point.run_id
+    denv = submitit.helpers.TorchDistributedEnvironment()
+    denv.export(set_cuda_visible_devices=False, overwrite=True)
+    rank = denv.rank
+    if store.state(rid) == "completed":
+        return "completed"
+    if rank == 0:
+        store.start(rid, host=socket.gethostname(), slurm_job_id=_job_id(), executor="slurm")
+    watchdog = _watchdog(task, point, rank)
+    try:
+        _init_process_group(denv, point.workload.device, point.timeout)
+        m = point.config["measure"]
+        mine = rank_bench(
+            point.layout, point.workload, m["steps"], m["warmup"], m["repeats"], m["capacity_bytes"]
+        )
+        ranks = _gather(mine, rank, denv.world_size)
+        if rank == 0:
+            _record_completed(store, point, ranks)
+        _shutdown()
+        watchdog.cancel()
+        return "completed"
+    except BaseException as exc:
+        if task.preempted and isinstance(exc, SystemExit):
+            raise  # submitit requeues the job after checkpoint(); not a failure
+        _fail(task, point, rank, exc, traceback.format_exc())
+        raise  # unreachable: _fail exits
+
+
+def _job_id() -> str | None:
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def _init_process_group(denv: Any, device: str, timeout: float) -> None:
+    try:
+        socket.gethostbyname(os.environ["MASTER_ADDR"])
+    except OSError:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"  # fake nodes of one host (n1, n2) do not resolve
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if device == "cuda":
+        torch.cuda.set_device(denv.local_rank)
+        backend = "nccl"
+    else:
+        torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))
+        backend = "gloo"
+    dist.init_process_group(
+        backend, rank=denv.rank, world_size=denv.world_size, timeout=timedelta(seconds=timeout)
+    )
+    dist.barrier()  # every rank connected before any can fail and exit (peers would see a reset)
+
+
+def _gather(mine: dict[str, Any], rank: int, world: int) -> list[dict[str, Any]]:
+    out: list[Any] | None = [None] * world if rank == 0 else None
+    dist.gather_object(mine, out, dst=0)
+    return out or []
+
+
+def _shutdown() -> None:
+    dist.barrier()  # rank 0 has written the record before anyone tears down
+    dist.destroy_process_group()
+
+
+def _record_completed(store: Store, point: Point, ranks: list[dict[str, Any]]) -> None:
+    env = environment(point.workload.device)
+    store.write_env(point.run_id, env)
+    record = {
+        **point.base_record(),
+        **completed_record(point.layout, point.workload, ranks, point.config.get("hardware")),
+        **{f"env_{k}": v for k, v in env.items()},
+    }
+    store.finish(point.run_id, "completed", record)
+
+
+def _fail(task: PointTask, point: Point, rank: int, exc: BaseException, text: str, status: str = "") -> None:
+    """Record this rank's error (first writer wins), then leave at once: peers may be stuck in
+    a collective with us, and srun --kill-on-bad-exit ends them when we exit non-zero."""
+    error = RankError(rank, type(exc).__name__, str(exc), text)
+    if not status:
+        timed_out = type(exc).__name__ == "UncompletedJobError"  # submitit: the job's time is up
+        status = "timeout" if timed_out else "oom" if error.is_oom else "failed"
+    store = Store(task.experiment_dir)
+    try:
+        store.write_log(point.run_id, f"rank{rank}-job{_job_id()}.log", text)
+        record = {**point.base_record(), "status": status, "error": excerpt(str(error)), "failed_rank": rank}
+        store.finish(point.run_id, status, record)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _watchdog(task: PointTask, point: Point, rank: int) -> threading.Timer:
+    """Record ``timeout`` and exit if this rank is still busy after the point's timeout."""
+
+    def fire() -> None:
+        message = f"point exceeded its timeout of {point.timeout:.0f} s"
+        _fail(task, point, rank, TimeoutError(message), message, status="timeout")
+
+    timer = threading.Timer(point.timeout, fire)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -1,0 +1,342 @@
+"""The results store: one folder per point, written so that nothing is ever lost or half-written.
+
+    results/<experiment>/
+        records.csv, records.parquet      every point, one row each (``write_tables``)
+        experiment.json                   the file, --set overrides and executor of the last run
+        .slurm/<job id>/                  submitit's pickles and task logs (slurm executor)
+        <run_id>/
+            point.json    the resolved point (what ran; its hash is the run id)
+            env.json      the environment record of the attempt that ran it
+            status.json   pending|running|completed|oom|failed|timeout|cancelled, timestamps,
+                          attempt count, error excerpt, executor details (Slurm job id, host)
+            result.json   the flat record (bench's schema), once the point has finished
+            logs/         full error text per attempt and rank, copies of Slurm task logs
+
+Every file is written to a temporary name, fsynced and renamed over the old one, so a kill
+leaves the old file or the new one, never a torn one. Several processes may write one run
+folder (the ranks of a Slurm job, the sweep that watches it): each status change is a
+read-modify-write under an ``O_EXCL`` lock file, and the rules below make the first final word
+stick. Status moves: pending -> running -> a final status; ``queue`` moves any non-completed
+status back to pending (a rerun). A completed point is never touched again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tspbench.core.names import FINAL_STATUSES
+from tspbench.core.units import excerpt
+
+LOCK_TIMEOUT_S = 30.0
+LOCK_STALE_S = 60.0  # a holder keeps the lock for milliseconds; older means its writer died
+TABLES = ("records.csv", "records.parquet")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``path`` so that a reader (or a crash) sees the old content or the new, never a mix."""
+    data = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=1, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def exclusive(path: Path, content: Any, abandoned: Callable[[], bool]) -> bool:
+    """Create ``path`` holding ``content`` (JSON) if no one holds it: O_EXCL, so exactly one
+    process across the machine (or a shared file system) wins. A holder that ``abandoned()``
+    says is gone is removed and the claim retried once. True if this call holds it now."""
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if abandoned():
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(content) + "\n")
+        return True
+    return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def locked(folder: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold ``folder/.lock`` for a read-modify-write (a holder keeps it for milliseconds, so one
+    older than LOCK_STALE_S belongs to a writer that died)."""
+    lock = folder / ".lock"
+    deadline = time.monotonic() + timeout
+
+    def stale() -> bool:
+        try:
+            return time.time() - lock.stat().st_mtime > LOCK_STALE_S
+        except OSError:
+            return True  # gone already: claim again
+
+    while not exclusive(lock, {"pid": os.getpid()}, stale):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{lock} held for more than {timeout:.0f} s")
+        time.sleep(0.005)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+
+
+class Store:
+    """The run folders of one experiment under ``root`` (``results/<experiment>``)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / run_id
+
+    def status(self, run_id: str) -> dict[str, Any] | None:
+        return read_json(self.run_dir(run_id) / "status.json")
+
+    def state(self, run_id: str) -> str | None:
+        status = self.status(run_id)
+        return status["status"] if status else None
+
+    def needs_run(self, run_id: str, retry_failed: bool = False) -> bool:
+        """Not completed, and not finished at all unless ``retry_failed``."""
+        state = self.state(run_id)
+        return state != "completed" and (retry_failed or state not in FINAL_STATUSES)
+
+    def prepare(self, point: dict[str, Any]) -> None:
+        """Create the run folder with point.json and a pending status (kept if already there)."""
+        run = self.run_dir(point["run_id"])
+        (run / "logs").mkdir(parents=True, exist_ok=True)
+        if not (run / "point.json").exists():
+            write_json(run / "point.json", point)
+        self.update(point["run_id"], lambda s: None if s else {"status": "pending", "attempt": 0})
+
+    def update(self, run_id: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> bool:
+        """Read-modify-write status.json under the lock; ``change`` returns None to leave it."""
+        run = self.run_dir(run_id)
+        with locked(run):
+            old = read_json(run / "status.json")
+            new = change(dict(old) if old else None)
+            if new is None:
+                return False
+            new.setdefault("created", (old or {}).get("created", now()))
+            write_json(run / "status.json", {"run_id": run_id, **new, "updated": now()})
+            return True
+
+    def queue(self, run_id: str, **info: Any) -> bool:
+        """Back to pending for a (re)run: anything but a completed point."""
+
+        def change(s: dict[str, Any] | None) -> dict[str, Any] | None:
+            if s and s["status"] == "completed":
+                return None
+            s = s or {"attempt": 0}
+            return {**s, **info, "status": "pending", "error": None, "queued": now()}
+
+        return self.update(run_id, change)
+
+    def start(self, run_id: str, **info: Any) -> int | None:
+        """pending -> running, attempt + 1; the new attempt, or None if not pending."""
+        attempt: list[int] = []
+
+        def change(s: dict[str, Any] | None) -> dict[str, Any] | None:
+            if s is None or s["status"] != "pending":
+                return None
+            attempt.append(s.get("attempt", 0) + 1)
+            return {
+                **s,
+                **info,
+                "status": "running",
+                "attempt": attempt[0],
+                "started": now(),
+                "finished": None,
+            }
+
+        self.update(run_id, change)
+        return attempt[0] if attempt else None
+
+    def annotate(self, run_id: str, **info: Any) -> None:
+        """Add fields (a Slurm job id) without changing the status."""
+        self.update(run_id, lambda s: {**(s or {"status": "pending", "attempt": 0}), **info})
+
+    def finish(self, run_id: str, status: str, record: dict[str, Any] | None = None, **info: Any) -> bool:
+        """The final word on a pending or running point; False if another writer had it first.
+
+        ``record`` (bench's flat record) goes to result.json before status.json names the
+        outcome, so a completed status always has its result.
+        """
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"final status must be one of {FINAL_STATUSES}, got {status!r}")
+        run = self.run_dir(run_id)
+        with locked(run):
+            old = read_json(run / "status.json") or {"status": "pending", "attempt": 0}
+            if old["status"] not in ("pending", "running"):
+                return False
+            if record is not None:
+                write_json(run / "result.json", {**record, "status": status})
+            error = info.pop("error", None) or (record or {}).get("error")
+            new = {**old, **info, "status": status, "error": excerpt(error) if error else None}
+            write_json(run / "status.json", {"run_id": run_id, **new, "finished": now(), "updated": now()})
+            return True
+
+    def write_env(self, run_id: str, env: dict[str, Any]) -> None:
+        write_json(self.run_dir(run_id) / "env.json", env)
+
+    def write_log(self, run_id: str, name: str, text: str) -> Path:
+        """A log file of its own per writer (attempt, rank), so writers never share one."""
+        path = self.run_dir(run_id) / "logs" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+        return path
+
+
+# ----------------------------------------------------------------------------- reading back
+
+
+def _experiment_dirs(path: Path) -> list[Path]:
+    """``path`` itself if it holds run folders, else its sub-folders that do."""
+    if any(path.glob("*/point.json")):
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("*/point.json")))
+
+
+def point_row(point: dict[str, Any]) -> dict[str, Any]:
+    """A point's identifying fields, flat: run id, layout, workload, model name and shape."""
+    config = point["config"]
+    model = config["model"]
+    return {
+        "experiment": point["experiment"],
+        "run_id": point["run_id"],
+        "index": point.get("index"),
+        "method": config.get("method", "measure"),
+        "hardware": config.get("hardware"),
+        **config["layout"],
+        "world_size": point.get("world_size"),
+        "model": model.get("name"),
+        **{f"model_{k}": v for k, v in model.items() if k != "name"},
+        **config["workload"],
+        **config["measure"],
+        "timeout": point.get("timeout"),
+    }
+
+
+def _row(run: Path) -> dict[str, Any] | None:
+    point = read_json(run / "point.json")
+    if point is None:
+        return None
+    status = read_json(run / "status.json") or {"status": "pending", "attempt": 0}
+    result = read_json(run / "result.json") or {}
+    if result.get("status") != status["status"]:  # an older attempt's record, not this outcome
+        result = {}
+    return {
+        **point_row(point),
+        **result,
+        "status": status["status"],
+        "attempt": status.get("attempt", 0),
+        "error": status.get("error"),
+        "started": status.get("started"),
+        "finished": status.get("finished"),
+        "slurm_job_id": status.get("slurm_job_id"),
+    }
+
+
+def load(path: str | Path) -> pd.DataFrame:
+    """Every point under ``path`` (an experiment folder, or a results root of several) as one
+    DataFrame, one row per point: completed points with their record, the others with their
+    status and error (their measurement columns empty)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such results folder")
+    rows = [r for exp in _experiment_dirs(path) for run in sorted(exp.iterdir()) if (r := _row(run))]
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.sort_values(["experiment", "index", "run_id"], kind="stable").reset_index(drop=True)
+    return frame
+
+
+def write_tables(experiment_dir: str | Path) -> pd.DataFrame:
+    """load() and write records.csv and records.parquet next to the run folders (atomically)."""
+    root = Path(experiment_dir)
+    frame = load(root)
+    write_atomic(root / "records.csv", frame.to_csv(index=False))
+    parquet = root / ".records.parquet.tmp"
+    frame.to_parquet(parquet, index=False)
+    os.replace(parquet, root / "records.parquet")
+    return frame
+
+
+STATUS_COLUMNS = ("run_id", "strategy", "dp", "tp", "sp", "tsp", "world_size", "seq_len", "batch", "mode")
+
+
+def status_table(path: str | Path) -> pd.DataFrame:
+    """One compact row per point: what it is, its status, attempts and headline numbers."""
+    frame = load(path)
+    if frame.empty:
+        return frame
+    columns = [c for c in ("experiment", *STATUS_COLUMNS) if c in frame]
+    table = frame[columns].copy()
+    table["status"] = frame["status"]
+    table["attempt"] = frame["attempt"]
+    if "step_time_s" in frame:
+        table["step_ms"] = (frame["step_time_s"] * 1e3).round(1)
+    if "peak_memory_bytes" in frame:
+        table["peak_MiB"] = (frame["peak_memory_bytes"] / 2**20).round(1)
+    table["error"] = frame["error"].map(_first_line)
+    if table["experiment"].nunique() == 1:
+        table = table.drop(columns="experiment")
+    return table
+
+
+def _first_line(text: Any, width: int = 60) -> str:
+    if not isinstance(text, str) or not text:
+        return ""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= width else line[: width - 3] + "..."
