@@ -56,6 +56,7 @@ class MemoryReport:
     reserved_bytes: int | None = None
     method: str = "cpu-dispatch"
     phase: str = ""  # the step phase (forward, backward, optimizer) the peak fell in
+    phase_peaks: dict[str, int] = field(default_factory=dict)  # the highest live total in each phase
 
     def to_record(self, prefix: str = "peak_memory") -> dict[str, object]:
         record: dict[str, object] = {
@@ -65,6 +66,8 @@ class MemoryReport:
         }
         for cat in CATEGORIES:
             record[f"{prefix}_{cat}_bytes"] = self.by_category.get(cat, 0)
+        for phase, nbytes in self.phase_peaks.items():
+            record[f"{prefix}_in_{phase}_bytes"] = nbytes
         if self.reserved_bytes is not None:
             record[f"{prefix}_reserved_bytes"] = self.reserved_bytes
         return record
@@ -91,6 +94,7 @@ class MemoryTracker(TorchDispatchMode):
         self.totals = dict.fromkeys(CATEGORIES, 0)
         self.peak_totals = dict(self.totals)
         self.peak_phase = ""
+        self.phase_peaks: dict[str, int] = {}
         self.peak_seq = 0  # allocation number of the storage that set the peak
         self._seq = 0
         self._entries: dict[int, list] = {}  # data_ptr -> [nbytes, category, finalizer, number]
@@ -112,10 +116,13 @@ class MemoryTracker(TorchDispatchMode):
         self._entries[ptr] = [nbytes, category, finalizer, self._seq]
         self.live += nbytes
         self.totals[category] += nbytes
+        phase = comm.current_phase()
+        if self.live > self.phase_peaks.get(phase, 0):
+            self.phase_peaks[phase] = self.live
         if self.live > self.peak:
             self.peak = self.live
             self.peak_totals = dict(self.totals)
-            self.peak_phase = comm.current_phase()
+            self.peak_phase = phase
             self.peak_seq = self._seq
         if self.capacity_bytes is not None and self.live > self.capacity_bytes:
             raise torch.OutOfMemoryError(
@@ -168,10 +175,13 @@ class MemoryTracker(TorchDispatchMode):
         self.peak = self.live
         self.peak_totals = dict(self.totals)
         self.peak_phase = comm.current_phase()
+        self.phase_peaks = {}
         self.peak_seq = self._seq
 
     def report(self) -> MemoryReport:
-        return MemoryReport(self.peak, dict(self.peak_totals), None, "cpu-dispatch", self.peak_phase)
+        return MemoryReport(
+            self.peak, dict(self.peak_totals), None, "cpu-dispatch", self.peak_phase, dict(self.phase_peaks)
+        )
 
     @contextmanager
     def track_autograd(self, model: nn.Module) -> Iterator[None]:
