@@ -2,11 +2,15 @@
 
 CUDA: the caching allocator's peaks (allocated and reserved), reset per window.
 
-CPU (exact): a dispatch-level tracker. Every op's output storages are recorded by data pointer
-with their bytes; a weakref finalizer subtracts them when the storage dies. Views share their
-base's storage and are counted once. What existed before the region (parameters, gradients,
-optimizer state, inputs) is registered first. Memory a backend allocates privately (gloo
-scratch buffers) is not seen.
+CPU: a dispatch-level tracker, exact for what it sees. Every op's output storages (issued in
+the thread that entered the tracker) are recorded by data pointer with their bytes; a weakref
+finalizer subtracts them when the storage dies. Views share their base's storage and are
+counted once; a storage an op reallocates in place (``resize_``, an ``out=`` argument) is
+counted again at its new size. What existed before the region (parameters, gradients,
+optimizer state, inputs) is registered first. Not seen: storages created in another thread
+(the dispatch mode is per thread; tspbench's steps allocate in one), scratch a kernel allocates
+and frees inside one op (e.g. ~600 KB inside one CPU flash-attention call), and memory a backend
+allocates privately (gloo's buffers).
 
 Categories at the peak:
     parameters   registered model parameters
@@ -18,9 +22,11 @@ Categories at the peak:
                  inputs
 
 The tracker sees storages die when their last reference goes, whichever thread drops it: gloo's
-worker thread can hold a finished collective's buffer a moment after the program let go (seen
-in 2-15% of TP prefill steps: one more residual-stream buffer at the peak; never in training
-steps, whose peak falls elsewhere). NCCL's watchdog holds buffers the same way on GPUs.
+worker thread can hold a finished collective's buffer a moment after the program let go, so the
+same step can peak differently from run to run (seen: 40 identical TP-4 prefill steps peaked at
+4,162,824 B in most and 4,687,112 B, +12.6%, in 1-7 of them). A peak is therefore one step's,
+not a constant: bench records the spread over several steps. NCCL's watchdog holds buffers the
+same way on GPUs.
 
 An optional simulated capacity makes the CPU tracker raise ``torch.OutOfMemoryError`` when the
 live total would exceed it, so out-of-memory handling is testable exactly as on a GPU.
@@ -80,7 +86,7 @@ def _storages(t: Tensor) -> list[torch.UntypedStorage]:
 
 
 class MemoryTracker(TorchDispatchMode):
-    """Exact live-bytes accounting of tensor storages created inside ``with tracker:``.
+    """Live-bytes accounting of tensor storages created inside ``with tracker:`` (in this thread).
 
     Use ``register`` for what exists before, ``track_autograd`` around forward/backward so saved
     tensors and new gradients get their category, and ``mark_activations`` after the forward.
@@ -203,14 +209,50 @@ class MemoryTracker(TorchDispatchMode):
             for h in handles:
                 h.remove()
 
+    def _resized(self, storage: torch.UntypedStorage, old_ptr: int) -> None:
+        """An op reallocated a storage in place (``resize_``, an ``out=`` op): drop its old entry
+        and count it again at its new size, in the same category."""
+        entry = self._entries.pop(old_ptr, None)
+        category = "other"
+        if entry is not None:
+            entry[2].detach()
+            self.live -= entry[0]
+            self.totals[entry[1]] -= entry[0]
+            category = entry[1]
+        self._add(storage, category)
+
     # ---- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        written = [(s, s.data_ptr(), s.nbytes()) for t in _written(func, args, kwargs) for s in _storages(t)]
         out = func(*args, **(kwargs or {}))
+        for storage, ptr, nbytes in written:
+            if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
+                self._resized(storage, ptr)
         for t in tree_leaves(out):
             if isinstance(t, Tensor):
                 for s in _storages(t):
                     self._add(s, "other")
         return out
+
+
+_WRITTEN_ARGS: dict[object, tuple[tuple[int, str], ...]] = {}
+
+
+def _written(func, args: tuple, kwargs: dict | None) -> list[Tensor]:
+    """The tensors ``func`` writes to (its schema's mutable arguments: ``self`` of an in-place op,
+    ``out=``), whose storages it may reallocate."""
+    if func not in _WRITTEN_ARGS:
+        schema = getattr(func, "_schema", None)
+        _WRITTEN_ARGS[func] = tuple(
+            (i, a.name)
+            for i, a in enumerate(schema.arguments if schema is not None else ())
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+    out = []
+    for i, name in _WRITTEN_ARGS[func]:
+        value = args[i] if i < len(args) else (kwargs or {}).get(name)
+        out += [t for t in tree_leaves(value) if isinstance(t, Tensor)]
+    return out
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
