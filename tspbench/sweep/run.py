@@ -99,14 +99,14 @@ def select(
     A damaged folder (a file that does not parse, or parses to the wrong shape) is not done:
     its files are moved aside, never overwritten, the point runs again, and ``notes`` says so.
     """
+    notes = [] if notes is None else notes
     for point in points:
         problems = store.problems(point.run_id)
         if problems:
             aside = store.quarantine(point.run_id)
-            for problem in problems:
-                (notes if notes is not None else []).append(
-                    f"{problem}; moved to {aside.name}/ beside it, the point runs again"
-                )
+            notes += [
+                f"{problem}; moved to {aside.name}/ beside it, the point runs again" for problem in problems
+            ]
         store.prepare(point.to_json())
     return [p for p in points if store.needs_run(p.run_id, retry_failed)]
 

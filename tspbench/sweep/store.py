@@ -14,13 +14,12 @@
 
 Every file is written to a temporary name, fsynced and renamed over the old one, so a kill
 leaves the old file or the new one, never a torn one; files get the mode a plain open() would
-give them (0644 under the usual umask), whoever reads the results. A folder whose files do not
-parse is damaged (tspbench.sweep.damage): reported by path, never silently skipped or
-overwritten. Several processes may write one run
-folder (the ranks of a Slurm job, the sweep that watches it): each status change is a
-read-modify-write under an ``O_EXCL`` lock file, and the rules below make the first final word
-stick. Status moves: pending -> running -> a final status; ``queue`` moves any non-completed
-status back to pending (a rerun). A completed point is never touched again.
+give them (0644 under the usual umask). A folder whose files do not parse is damaged
+(tspbench.sweep.damage): reported by path, never silently skipped or overwritten. Several
+processes may write one run folder (the ranks of a Slurm job, the sweep that watches it): each
+status change is a read-modify-write under an ``O_EXCL`` lock file, and the rules below make
+the first final word stick. Status moves: pending -> running -> a final status; ``queue`` moves
+any non-completed status back to pending (a rerun). A completed point is never touched again.
 """
 
 from __future__ import annotations
@@ -292,12 +291,12 @@ def point_row(point: dict[str, Any]) -> dict[str, Any]:
 
 
 def _row(files: RunFiles) -> dict[str, Any]:
-    point, result = files.point or {}, files.result
     status = files.status or {"status": "pending", "attempt": 0}
-    if result is None or result.get("status") != status["status"]:  # an older attempt's, not this outcome
+    result = files.result or {}
+    if result.get("status") != status["status"]:  # an older attempt's record, not this outcome
         result = {}
     return {
-        **point_row(point),
+        **point_row(files.point or {}),
         **result,
         "status": status["status"],
         "attempt": status.get("attempt", 0),
