@@ -41,6 +41,16 @@ def test_gemm_and_attention_rates_apply_to_their_flops() -> None:
     assert t.attention_s == pytest.approx((flops.attention - causal) / 0.05e12 + causal / 0.1e12)
 
 
+def test_causal_rates_follow_the_square_they_are_measured_at() -> None:
+    hw = replace(BASE, attention_causal_by_size={128: 0.02, 2048: 0.06})
+    assert hw.causal_tflops(64) == 0.02 and hw.causal_tflops(4096) == 0.06  # clamped at the ends
+    assert hw.causal_tflops(512) == pytest.approx(0.04)  # halfway in log(side)
+    tp, tsp = Layout("tp", tp=4), Layout("tsp", tsp=4)
+    assert predict(tp, SMALL, hw).flops.causal_block == 2048  # TP: the whole sequence, unsharded
+    assert predict(tsp, SMALL, hw).flops.causal_block == 256  # zigzag chunks of S / 2D
+    assert BASE.causal_tflops(512) == pytest.approx(0.1)  # no table: twice the rectangle rate
+
+
 def test_measured_collective_figures_replace_the_link_figures() -> None:
     tp2 = Layout("tp", tp=2)
     plain = predict(tp2, SMALL, BASE).time.comm_exposed_s
@@ -116,5 +126,8 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     for key in ("gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs"):
         assert hw.source_of(key).startswith("measured:"), key
     assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
+    assert len(hw.attention_causal_by_size) >= 2 and hw.source_of("attention_causal_by_size").startswith(
+        "measured"
+    )
     p = predict(Layout("tsp", tsp=2), SMALL, hw)
     assert math.isfinite(p.step_time_s) and p.step_time_s > p.time.compute_s > 0

@@ -15,6 +15,7 @@ inter-node link figures.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -57,6 +58,7 @@ class Hardware:
     inter_node_bandwidth_gbs: float  # per GPU, across nodes
     inter_node_latency_us: float
     attention_causal_tflops: float = 0.0  # square causal calls, counted as the dense square; 0: 2x attention
+    attention_causal_by_size: dict[int, float] = field(default_factory=dict)  # square side -> rate
     usable_memory_fraction: float = 0.95
     cores_per_node: int | None = None  # ranks on a node share this many cores (CPU); None: own device
     contention: dict[int, float] = field(default_factory=dict)  # ranks on a node -> each rank's share
@@ -70,11 +72,20 @@ class Hardware:
     def usable_bytes(self) -> int:
         return int(self.memory_bytes * self.usable_memory_fraction)
 
-    @property
-    def causal_tflops(self) -> float:
-        """Square causal calls: a flash kernel skips the masked half of the dense square it is
-        counted as, so by default twice the rectangle rate."""
-        return self.attention_causal_tflops or 2 * self.attention_tflops
+    def causal_tflops(self, side: int = 0) -> float:
+        """Square causal calls of ``side`` tokens: a flash kernel skips the masked half of the
+        dense square it is counted as (so by default twice the rectangle rate), less well on
+        small squares: the measured table, interpolated in log(side), when there is one."""
+        table = sorted(self.attention_causal_by_size.items())
+        if not table or side <= 0:
+            return self.attention_causal_tflops or 2 * self.attention_tflops
+        if side <= table[0][0]:
+            return table[0][1]
+        for (s0, r0), (s1, r1) in itertools.pairwise(table):
+            if side <= s1:
+                w = math.log(side / s0) / math.log(s1 / s0)
+                return r0 + w * (r1 - r0)
+        return table[-1][1]
 
     def share(self, ranks_on_node: int) -> float:
         """The fraction of its device one rank gets when ``ranks_on_node`` ranks run on a node."""
@@ -173,6 +184,12 @@ def _hardware(data: dict[str, Any]) -> Hardware:
         for r, s in (values.get("contention") or {}).items()
     }
     values["collectives"] = [_collective(i, c) for i, c in enumerate(values.get("collectives") or [])]
+    values["attention_causal_by_size"] = {
+        int(_number("attention_causal_by_size key", k, positive=True)): _number(
+            f"attention_causal_by_size.{k}", v, positive=True
+        )
+        for k, v in (values.get("attention_causal_by_size") or {}).items()
+    }
     values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
     return Hardware(**values)
 

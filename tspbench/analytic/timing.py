@@ -85,7 +85,8 @@ def compute_seconds(
 ) -> tuple[float, float, float]:
     """(GEMM, attention, element-wise) seconds at the rank's share of its device."""
     causal = flops.attention * flops.causal_fraction
-    attention = (flops.attention - causal) / (hw.attention_tflops * 1e12) + causal / (hw.causal_tflops * 1e12)
+    causal_rate = hw.causal_tflops(flops.causal_block) * 1e12
+    attention = (flops.attention - causal) / (hw.attention_tflops * 1e12) + causal / causal_rate
     return (
         flops.gemm / (hw.gemm_tflops * 1e12) / share,
         attention / share,

@@ -49,6 +49,7 @@ class FlopTerms:
     gemm: float
     attention: float
     causal_fraction: float = 1.0
+    causal_block: int = 0  # tokens per side of the square causal blocks (0: unknown)
 
     @property
     def total(self) -> float:
@@ -62,6 +63,12 @@ def zigzag_rectangle(tokens: int, seq: int, parts: int) -> float:
         return float(tokens * tokens)
     c = seq / (2 * parts)
     return c * c * (2 * parts + 1)
+
+
+def causal_block(tokens: int, seq: int, parts: int) -> int:
+    """Tokens per side of a rank's square causal blocks: the local sequence unsharded, a zigzag
+    chunk C = S / 2P otherwise."""
+    return tokens if parts == 1 else seq // (2 * parts)
 
 
 def causal_fraction(parts: int) -> float:
@@ -87,6 +94,7 @@ class ForwardFlops:
     head: float
     layers: int
     causal_fraction: float = 1.0
+    causal_block: int = 0
 
     @classmethod
     def of(cls, s: Shapes) -> ForwardFlops:
@@ -94,7 +102,8 @@ class ForwardFlops:
         attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
         core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
         head = 2 * s.batch * s.tokens * s.hidden * s.vocab
-        return cls(attn_gemm, mlp_gemm, core, head, s.layers, causal_fraction(s.kv_parts))
+        block = causal_block(s.tokens, s.seq, s.kv_parts)
+        return cls(attn_gemm, mlp_gemm, core, head, s.layers, causal_fraction(s.kv_parts), block)
 
     @property
     def blocks_gemm(self) -> float:
@@ -104,7 +113,7 @@ class ForwardFlops:
         return self.terms(self.blocks_gemm + self.head, self.layers * self.core)
 
     def terms(self, gemm: float, attention: float) -> FlopTerms:
-        return FlopTerms(gemm, attention, self.causal_fraction)
+        return FlopTerms(gemm, attention, self.causal_fraction, self.causal_block)
 
 
 def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:

@@ -7,7 +7,8 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
                               gradients, whole and sharded widths), one rank alone
     attention_tflops          a query chunk against a visible key prefix (the rectangles of
                               sequence-parallel attention), forward + backward, at the model's
-                              head dim; attention_causal_tflops: square causal calls
+                              head dim; attention_causal_tflops (and _by_size): square causal
+                              calls of a zigzag chunk, a rank's tokens and the whole sequence
     hbm_bandwidth_gbs         element-wise ops on activation-sized tensors
     contention                each rank's share of its device when 1..ranks ranks run GEMMs at
                               once (CPU: ranks share the host's cores)
@@ -137,18 +138,27 @@ def _device_rates(
     heads, d = max(model.n_heads // max(ranks, 1), 1), model.head_dim
     chunk = max(seq_len // (2 * max(ranks, 2)), 16)
     rect = probes.rectangle_rate(1, heads, chunk, 4 * chunk, d, device, dtype, repeats)
-    square = probes.attention_rate(1, model.n_heads, local, local, d, device, dtype, repeats)
+    sides = sorted({chunk, local, seq_len})
+    by_size = {side: probes.attention_rate(1, heads, side, side, d, device, dtype, repeats) for side in sides}
+    square = by_size[local]
     elementwise = probes.elementwise_rate(local * model.ffn_hidden, device, dtype, repeats)
     how = {
         "gemm_tflops": f"{len(shapes)} GEMM shapes of {model.name} at {seq_len} tokens, one rank",
         "attention_tflops": f"chunk {chunk} vs key prefix {4 * chunk}, {heads} heads of {d}, fwd+bwd",
-        "attention_causal_tflops": f"square causal {local} tokens, {model.n_heads} heads of {d}, fwd+bwd",
+        "attention_causal_tflops": f"square causal {local} tokens, {heads} heads of {d}, fwd+bwd",
         "hbm_bandwidth_gbs": f"silu-gate, add and scale of {local} x {model.ffn_hidden} tensors",
     }
     scale = {"hbm_bandwidth_gbs": 1e-9}
     rates = {"gemm_tflops": gemm, "attention_tflops": rect, "attention_causal_tflops": square,
              "hbm_bandwidth_gbs": elementwise}  # fmt: skip
-    return {k: rec.note(k, rate, how[k], scale.get(k, 1e-12)) for k, rate in rates.items()}
+    out = {k: rec.note(k, rate, how[k], scale.get(k, 1e-12)) for k, rate in rates.items()}
+    out["attention_causal_by_size"] = {side: round(r.value * 1e-12, 6) for side, r in by_size.items()}
+    spread = max(r.spread for r in by_size.values())
+    rec.provenance["attention_causal_by_size"] = (
+        f"measured: square causal calls of {', '.join(map(str, sides))} tokens, {heads} heads of {d}, "
+        f"fwd+bwd; median of {repeats}, worst spread {spread:.0%}"
+    )
+    return out
 
 
 def _world_figures(
