@@ -146,10 +146,12 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     report = run(args.device, args.quick, args.out)
     print(json.dumps({k: report[k] for k in ("offset_attention_rel_err", "seconds", "path")}, indent=2))
     for p in report["strategies"]:
-        err = p.get("predicted_memory_error")
+        err, terr = p.get("predicted_memory_error"), p.get("predicted_step_time_error")
         err_text = f"{err:+.1%}" if isinstance(err, float) else "-"
+        time_text = f"{terr:+.1%}" if isinstance(terr, float) else "-"
         print(
             f"  {p['strategy']:<6} {p['status']:<10} peak {p.get('peak_memory_bytes') or 0:>14,} B "
-            f"predicted {err_text}"
+            f"(predicted {err_text}), step {(p.get('step_time_s') or 0) * 1e3:8.1f} ms "
+            f"(predicted {time_text})"
         )
     return 0

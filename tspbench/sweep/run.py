@@ -41,6 +41,14 @@ class Sweep:
     def gpus_per_node(self) -> int | None:
         return self.profile.gpus_per_node if self.profile is not None else None
 
+    @property
+    def prediction_hardware(self) -> str | None:
+        """The profile measured points are predicted for: the experiment's ``hardware``, else this
+        kind of host's ``cpu`` profile when every point runs on CPU."""
+        if self.experiment.hardware:
+            return self.experiment.hardware
+        return "cpu" if all(p.config["workload"]["device"] == "cpu" for p in self.points) else None
+
 
 def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster: str | None) -> Sweep:
     """Load and validate everything a run needs; raises UsageError (exit 2) on bad input."""
@@ -150,11 +158,12 @@ def run_sweep(
 def execute(sweep: Sweep, todo: list[Point], store: Store, progress: Progress) -> None:
     """Hand the points to the sweep's executor."""
     if sweep.executor == "slurm":
-        slurm.run_slurm(todo, store, sweep.profile, progress)
+        slurm.run_slurm(todo, store, sweep.profile, progress, sweep.prediction_hardware)
         return
-    measure = (
-        local.measure_local if sweep.executor == "local" else local.predictor(sweep.experiment.hardware or "")
-    )
+    if sweep.executor == "local":
+        measure = local.measurer(sweep.prediction_hardware)
+    else:
+        measure = local.predictor(sweep.experiment.hardware or "")
     local.run_local(todo, store, measure, sweep.executor, progress)
 
 

@@ -117,9 +117,10 @@ def _require_slurm() -> None:
 
 
 def submit(
-    points: list[Point], store: Store, profile: Profile, progress: Progress
+    points: list[Point], store: Store, profile: Profile, progress: Progress, hardware: str | None = None
 ) -> list[tuple[Point, str]]:
-    """Submit ``points`` as one job array per (nodes, tasks per node, time limit)."""
+    """Submit ``points`` as one job array per (nodes, tasks per node, time limit); each record
+    carries the model's prediction for ``hardware``."""
     groups: dict[tuple[int, int, int], list[Point]] = defaultdict(list)
     for p in points:
         gpn = profile.gpus_per_node
@@ -135,7 +136,7 @@ def submit(
             store.queue(p.run_id, executor="slurm", slurm_job_id=None)
         try:
             with executor.batch():
-                jobs = [executor.submit(PointTask(str(store.root), p.to_json())) for p in group]
+                jobs = [executor.submit(PointTask(str(store.root), p.to_json(), hardware)) for p in group]
         except Exception as exc:  # sbatch rejected it: the points fail, the other groups go on
             message = f"sbatch failed: {str(exc).strip()[:2000]}"
             progress.note(f"{nodes} node(s) x {tasks} task(s): {message}")
@@ -259,7 +260,9 @@ def _copy_logs(store: Store, rid: str, job: str) -> None:
             store.write_log(rid, f"slurm-{path.name}", path.read_text(errors="replace")[-200_000:])
 
 
-def run_slurm(points: list[Point], store: Store, profile: Profile, progress: Progress) -> None:
+def run_slurm(
+    points: list[Point], store: Store, profile: Profile, progress: Progress, hardware: str | None = None
+) -> None:
     """Submit the points that are not already queued or running in Slurm, then watch them all."""
     _require_slurm()
     listed = {p.run_id: (store.status(p.run_id) or {}).get("slurm_job_id") for p in points}
@@ -268,4 +271,4 @@ def run_slurm(points: list[Point], store: Store, profile: Profile, progress: Pro
     fresh = [p for p in points if p.run_id not in {q.run_id for q, _ in live}]
     for p, job in live:
         progress.note(f"still in Slurm as job {job}: {p.run_id} (not resubmitted)")
-    watch(live + submit(fresh, store, profile, progress), store, profile, progress)
+    watch(live + submit(fresh, store, profile, progress, hardware), store, profile, progress)
