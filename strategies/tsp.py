@@ -96,7 +96,7 @@ class FoldedParallel(Strategy):
             backward_work=max(attn_bwd, mlp_bwd),
             fixed_saved=2 * T * (s.q // s.heads) * e + B * T * 8,
             head_saved=2 * stream + 2 * B * T * s.stat + B * T * 8,
-            head_forward_work=in_flight * vocab_shard + 2 * logits,
+            head_forward_work=in_flight * vocab_shard + 3 * logits,  # logits, logits - max, its exp
             head_backward_work=3 * vocab_shard + 2 * logits + stream,
             prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + in_flight * vocab_shard,
         )

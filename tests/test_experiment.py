@@ -154,7 +154,7 @@ def test_missing_file(tmp_path: Path, capsys) -> None:
     [
         ({"model": {"preset": "huge"}}, "model.preset: 'huge' is not one of: 1b, 7b, small, tiny, tiny-gqa"),
         ({"settings": {"batch": "two"}}, "settings.batch: expected an integer, got str 'two'"),
-        ({"settings": {"capacity": "lots"}}, "settings.capacity: not a size: 'lots'"),
+        ({"settings": {"capacity": "lots"}}, "settings.capacity: not a size of at least 1 byte: 'lots'"),
         ({"run": {"steps": 0}}, "run.steps: must be >= 1, got 0"),
         ({"executor": "cloud"}, "executor: 'cloud' is not one of: local, slurm, predict"),
         ({"sweep": {"grid": {"seq_len": []}}}, "sweep.grid.seq_len: expected a non-empty list"),
@@ -162,6 +162,13 @@ def test_missing_file(tmp_path: Path, capsys) -> None:
         ({"sweep": {"zip": [{"seq_len": [256], "batch": [1, 2]}]}}, "sweep.zip[0].batch: zip lists"),
         ({"sweep": {"grid": {"seq_len": [256]}, "zip": [{"seq_len": [512]}]}}, "already swept by"),
         ({"name": "a b"}, "name: 'a b' must be a folder name"),
+        ({"settings": {"capacity": -5}}, "settings.capacity: not a size of at least 1 byte: -5"),
+        (
+            {"sweep": {"grid": {"capacity": ["1MiB", 0]}}},
+            "sweep.grid.capacity[1]: not a size of at least 1 byte",
+        ),
+        ({"run": {"timeout": float("nan")}}, "run.timeout: must be a finite number, got nan"),
+        ({"run": {"warmup": -3}}, "run.warmup: must be >= 0, got -3"),
     ],
 )
 def test_bad_values_are_one_line(tmp_path: Path, capsys, change: dict, expected: str) -> None:
@@ -211,6 +218,14 @@ def test_executor_and_cluster_errors(tmp_path: Path, capsys) -> None:
     assert "needs a hardware profile" in one_line_error(capsys, path, "--executor", "predict")
     err = one_line_error(capsys, path, "--executor", "predict", "--set", "hardware=nosuch")
     assert "hardware 'nosuch'" in err and "known:" in err, err
+    err = one_line_error(capsys, path, "--executor", "local", "--cluster", "local")
+    assert "--cluster local: a cluster profile is for the slurm executor, not --executor local" in err
+
+
+def test_cluster_implies_the_slurm_executor(tmp_path: Path, capsys) -> None:
+    code, out, err = run_cli(capsys, str(write(tmp_path, TINY)), "--cluster", "local")
+    assert code == 0, err
+    assert "executor slurm, cluster local (2 per node)" in out
 
 
 def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:

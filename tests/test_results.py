@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tspbench.core.names import FINAL_STATUSES
+from tspbench.sweep.damage import DamagedResults
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.local import run_local
 from tspbench.sweep.points import Point, expand
@@ -193,3 +194,86 @@ def test_concurrent_writers_never_clobber(points: list[Point], tmp_path: Path) -
     assert read_json(store.run_dir(rid) / "result.json")["writer"] == winners[0]  # ... and it stayed
     assert store.state(rid) in FINAL_STATUSES
     assert not list(store.run_dir(rid).glob(".*tmp")) and not (store.run_dir(rid) / ".lock").exists()
+
+
+def test_damaged_files_are_named_listed_and_moved_aside_before_a_rerun(
+    points: list[Point], tmp_path: Path
+) -> None:
+    store = Store(tmp_path / "results" / "store")
+    sweep(points, store, Fake())
+    runs = [store.run_dir(p.run_id) for p in points]
+    damage = {
+        runs[0] / "point.json": "{not json",
+        runs[1] / "point.json": "[1, 2, 3]",  # valid JSON, wrong shape
+        runs[2] / "status.json": '{"status": "done"}',
+        runs[3] / "result.json": "",
+    }
+    for path, text in damage.items():
+        path.write_text(text)
+    with pytest.raises(DamagedResults, match=r"\.json: not (valid JSON|a ).*\(and 3 more\)"):
+        load(store.root)  # report: refuses, naming the first
+    damaged: list = []
+    table = status_table(store.root, damaged)  # status: lists them
+    assert list(table["status"]) == ["corrupt"] * 4
+    problems = {p.split(": ")[0]: p for d in damaged for p in d.problems}
+    assert set(problems) == {str(path) for path in damage}
+    paths = list(map(str, damage))
+    assert "not valid JSON" in problems[paths[0]] and "not a point" in problems[paths[1]]
+    assert "not a status" in problems[paths[2]] and "not valid JSON" in problems[paths[3]]
+
+    notes: list[str] = []
+    fake = Fake()
+    todo = select(points, store, False, notes)  # run: not done, says so, keeps the old files
+    assert [p.run_id for p in todo] == [p.run_id for p in points]
+    assert len(notes) == 4 and all("moved to corrupt-" in n and "runs again" in n for n in notes)
+    for path, text in damage.items():
+        (kept,) = path.parent.glob(f"corrupt-*/{path.name}")
+        assert kept.read_text() == text
+    run_local(todo, store, fake, "fake", Progress(len(todo), io.StringIO()))
+    assert len(fake.calls) == 4 and list(load(store.root)["status"]) == ["completed"] * 4
+
+
+def test_files_get_the_mode_open_gives_them(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    sweep(points[:1], store, Fake())
+    write_tables(store.root)
+    (tmp_path / "plain").write_text("")
+    mode = (tmp_path / "plain").stat().st_mode & 0o777  # 0644 under the usual umask
+    files = [*store.root.glob("*/*.json"), store.root / "records.csv", store.root / "records.parquet"]
+    assert {f.stat().st_mode & 0o777 for f in files} == {mode}
+
+
+def _tables(root: str, n: int) -> None:
+    for _ in range(n):
+        write_tables(root)
+
+
+def test_tables_can_be_rewritten_by_several_processes_at_once(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    sweep(points, store, Fake())
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_tables, args=(str(store.root), 10)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * 4  # no writer lost its temporary file to another
+    assert len(pd.read_parquet(store.root / "records.parquet")) == 4 and not list(store.root.glob(".*tmp"))
+
+
+def test_status_and_report_name_a_damaged_file_and_exit_2(
+    points: list[Point], tmp_path: Path, capsys
+) -> None:
+    from tspbench.cli.main import main
+
+    store = Store(tmp_path / "store")
+    sweep(points, store, Fake())
+    bad = store.run_dir(points[1].run_id) / "point.json"
+    bad.write_text("[1, 2, 3]")  # once a TypeError traceback in status
+    assert main(["status", str(store.root)]) == 2
+    out, err = capsys.readouterr()
+    assert f"corrupt: {bad}: not a point" in err and len(err.strip().splitlines()) == 1, err
+    assert "4 points: 3 completed, 1 corrupt" in out
+    assert main(["report", str(store.root), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: not a point" in err and len(err.strip().splitlines()) == 1, err

@@ -100,8 +100,8 @@ class Prediction:
             "comm_bytes_per_step": self.comm_bytes_per_step,
             "comm": self.comm_by(),
             "comm_calls": [
-                {"op": op, "phase": phase, "group_size": n, "calls": calls, "msg_bytes": nbytes}
-                for (op, phase, n), (calls, nbytes) in summarize(self.comm).items()
+                {"op": op, "phase": phase, "group": g, "group_size": n, "calls": calls, "msg_bytes": nbytes}
+                for (op, phase, g, n), (calls, nbytes) in summarize(self.comm).items()
             ],
             "flops_per_step": self.model_flops,
             "hardware_flops_per_step_per_gpu": self.flops.total,

@@ -14,7 +14,7 @@ import yaml
 from tspbench.analytic.hardware import Hardware, available_hardware, load_hardware
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
-from tspbench.cli.args import add_layout_args, layout_and_workload, positive_int
+from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.spec import PRESETS, ModelConfig, Workload
 from tspbench.measure.calibrate import calibrate
@@ -176,6 +176,8 @@ def plan_json(result: PlanResult) -> dict[str, object]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.out:
+        output_path(args.out, "--out", folder=False)  # before minutes of measuring
     model = ModelConfig.preset(args.model) if args.model else None
     result = calibrate(args.ranks, model, args.seq_len, args.repeats, args.quick)
     profile = result.profile

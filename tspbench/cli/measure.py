@@ -12,6 +12,7 @@ from tspbench.cli.args import (
     add_layout_args,
     byte_size,
     layout_and_workload,
+    non_negative_int,
     positive_int,
 )
 from tspbench.core.names import DEVICES, DTYPES, MODES
@@ -35,7 +36,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="train")
     p.add_argument("--device", choices=DEVICES, default="cpu")
     p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (>= 0)")
     p.add_argument("--repeats", type=positive_int, default=1)
     p.add_argument("--capacity", type=byte_size, help="simulated device memory on CPU, e.g. 512MiB")
     p.add_argument("--hardware", default="cpu", help="profile for the predicted step time (default: cpu)")

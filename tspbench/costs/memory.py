@@ -69,6 +69,18 @@ class ActivationTerms:
     prefill_head: int  # prefill: the logits output and the head's working memory
 
 
+# The step phase (as the tracker labels allocations: tspbench.dist.comm.phase) of each moment.
+MOMENT_PHASES = {
+    "forward head": "forward",
+    "head backward": "backward",
+    "last block backward": "backward",
+    "first block backward": "backward",
+    "optimizer": "optimizer",
+    "prefill block": "forward",
+    "prefill head": "forward",
+}
+
+
 @dataclass
 class MemoryPrediction:
     """Predicted per-rank peak and the category totals at the peak moment."""
@@ -78,6 +90,19 @@ class MemoryPrediction:
     moment: str
     moments: dict[str, int] = field(default_factory=dict)
     persistent: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def phase(self) -> str:
+        """The step phase the peak moment falls in (forward, backward, optimizer)."""
+        return MOMENT_PHASES[self.moment]
+
+    def phase_peaks(self) -> dict[str, int]:
+        """The highest predicted total in each phase (what the tracker's per-phase peaks measure)."""
+        out: dict[str, int] = {}
+        for moment, total in self.moments.items():
+            phase = MOMENT_PHASES[moment]
+            out[phase] = max(out.get(phase, 0), total)
+        return out
 
 
 def optimizer_bytes(param_bytes: int, elt: int) -> int:

@@ -97,7 +97,7 @@ class RankRun:
             return self.strategy.logits(self.model, self.batch)
 
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
-        """One step with collectives counted and peak memory measured (the exact tracker on CPU,
+        """One step with collectives counted and peak memory measured (the CPU tracker,
         the allocator on CUDA)."""
         with comm.counting() as log:
             if self.device.type == "cuda":
