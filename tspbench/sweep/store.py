@@ -28,6 +28,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -117,18 +118,23 @@ def pid_alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def locked(folder: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold ``folder/.lock`` for a read-modify-write (a holder keeps it for milliseconds, so one
-    older than LOCK_STALE_S belongs to a writer that died)."""
+    """Hold ``folder/.lock`` for a read-modify-write. A holder keeps it for milliseconds, so a
+    lock whose holder is gone (its pid dead on this host: a killed sweep), or one older than
+    LOCK_STALE_S (a writer on another host that died), is taken over."""
     lock = folder / ".lock"
     deadline = time.monotonic() + timeout
+    host = socket.gethostname()
 
     def stale() -> bool:
         try:
-            return time.time() - lock.stat().st_mtime > LOCK_STALE_S
+            age = time.time() - lock.stat().st_mtime
         except OSError:
             return True  # gone already: claim again
+        holder = read_json(lock) or {}
+        dead = holder.get("host") == host and not pid_alive(holder.get("pid", -1))
+        return dead or age > LOCK_STALE_S
 
-    while not exclusive(lock, {"pid": os.getpid()}, stale):
+    while not exclusive(lock, {"pid": os.getpid(), "host": host}, stale):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{lock} held for more than {timeout:.0f} s")
         time.sleep(0.005)
