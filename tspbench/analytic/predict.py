@@ -52,7 +52,7 @@ class Prediction:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.layout.dp * self.workload.batch * self.workload.seq_len
+        return self.layout.data_degree * self.workload.batch * self.workload.seq_len
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -156,7 +156,7 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     exposed, hidden = comm_seconds(sized, traffic, hw)
     step = compute + exposed + max(0.0, hidden - compute)
     model_flops = model_flops_per_step(
-        workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
+        workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.mode
     )
     return Prediction(layout, workload, hw, memory, comm, flops, model_flops, compute, exposed, hidden, step)
 

@@ -64,8 +64,9 @@ def percentile(values: list[float], q: float) -> float:
 def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
     times = ranks[0]["times"]
     median = statistics.median(times)
-    tokens = layout.dp * workload.batch * workload.seq_len
-    flops = model_flops_per_step(workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode)
+    seqs = layout.data_degree * workload.batch
+    tokens = seqs * workload.seq_len
+    flops = model_flops_per_step(workload.model, seqs, workload.seq_len, workload.mode)
     peaks = [r["memory"].peak_bytes for r in ranks]
     top = max(ranks, key=lambda r: r["memory"].peak_bytes)
     busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))

@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.core.names import FINAL_STATUSES
+from tspbench.core.names import AXES, FINAL_STATUSES
 from tspbench.core.units import excerpt
 
 LOCK_TIMEOUT_S = 30.0
@@ -313,7 +313,7 @@ def write_tables(experiment_dir: str | Path) -> pd.DataFrame:
     return frame
 
 
-STATUS_COLUMNS = ("run_id", "strategy", "dp", "tp", "sp", "tsp", "world_size", "seq_len", "batch", "mode")
+STATUS_COLUMNS = ("run_id", "strategy", *AXES, "world_size", "seq_len", "batch", "mode")
 
 
 def status_table(path: str | Path) -> pd.DataFrame:
