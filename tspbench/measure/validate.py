@@ -6,7 +6,8 @@ Compared (relative error ||a - b|| / ||b||, worst over everything of a kind):
     grads              every parameter's gradient, gathered to full shape
     params_after_step  every parameter after one AdamW step
 and the collectives each rank counted in the step against the strategy's analytic count
-(calls and message bytes per op, phase and group size must be equal).
+(calls and message bytes per op, phase and group size must be equal), and against what the
+dispatcher saw of them (every c10d op of the step, tspbench.dist.c10d_count).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class ModeResult:
     param_bytes: list[int]
     errors: dict[str, float]
     comm_ok: bool  # every rank's counted collectives equal the analytic count
+    dispatch_ok: bool  # ... and equal what the dispatcher saw (every c10d op of the step)
     worst_param: str = ""
 
     @property
@@ -78,6 +80,7 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
             out.update(logits=logits)
     out.update(
         comm=measured.comm,
+        c10d=measured.c10d,
         peak=measured.memory.peak_bytes,
         param_bytes=measured.memory.by_category.get("parameters", 0),
     )
@@ -88,7 +91,7 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
     """Run one mode of ``workload`` under ``layout`` and against the reference."""
     cls = check_layout(layout, workload)
     with single_threaded():
-        reference = Reference(workload, layout.dp * workload.batch)
+        reference = Reference(workload, layout.data_degree * workload.batch)
         ref_logits = reference.logits()
         if workload.mode == "train":
             ref_loss = reference.train_step()
@@ -109,6 +112,7 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
         param_bytes=[r["param_bytes"] for r in ranks],
         errors=errors,
         comm_ok=all(summarize(r["comm"]) == summarize(analytic) for r in ranks),
+        dispatch_ok=all(summarize(r["comm"]) == summarize(r["c10d"]) for r in ranks),
         worst_param=worst_param,
     )
 
@@ -125,11 +129,12 @@ def validate(
         for key in max_err:
             max_err[key] = max(max_err[key], result.errors.get(key, 0.0))
     comm_ok = all(r.comm_ok for r in per_mode.values())
+    dispatch_ok = all(r.dispatch_ok for r in per_mode.values())
     main = per_mode.get("train") or next(iter(per_mode.values()))
     return {
         "strategy": layout.strategy,
         "layout": layout.describe(),
-        **{k: layout.degree(k) for k in ("dp", "tp", "sp", "tsp")},
+        **layout.degrees(),
         "world_size": layout.world_size,
         "model": workload.model.name,
         "seq_len": workload.seq_len,
@@ -143,12 +148,13 @@ def validate(
         "comm_bytes_per_step": main.comm_bytes,
         "comm_bytes_per_step_by_mode": {m: r.comm_bytes for m, r in per_mode.items()},
         "comm_matches_analytic": comm_ok,
+        "comm_matches_dispatch": dispatch_ok,
         "comm_counted": {m: _summary_json(r.comm) for m, r in per_mode.items()},
         "comm_analytic": {m: _summary_json(r.analytic) for m, r in per_mode.items()},
         "peak_memory_bytes": max(main.peak_bytes),
         "peak_memory_bytes_per_rank": main.peak_bytes,
         "parameter_bytes_per_rank": main.param_bytes,
-        "passed": comm_ok and all(v <= tol for v in max_err.values()),
+        "passed": comm_ok and dispatch_ok and all(v <= tol for v in max_err.values()),
     }
 
 
