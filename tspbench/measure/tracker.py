@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 from tspbench.dist import comm
@@ -71,8 +71,13 @@ class MemoryReport:
 
 
 def _storages(t: Tensor) -> list[torch.UntypedStorage]:
-    """The storage behind ``t``. (tspbench never builds DTensors or async collective tensors, so
-    torch.distributed._tools' unwrapping, which costs 2.4 s to import, is not needed.)"""
+    """The storages behind ``t``: its own, or for a wrapper subclass (FSDP2's DTensor
+    parameters, gradients and optimizer state) those of the local tensors it wraps. (As
+    torch.distributed._tools.common_utils.get_untyped_storages does; that module costs 2.4 s to
+    import.)"""
+    if is_traceable_wrapper_subclass(t):
+        attrs, _ = t.__tensor_flatten__()
+        return [s for a in attrs if isinstance(inner := getattr(t, a), Tensor) for s in _storages(inner)]
     return [t.untyped_storage()]
 
 
@@ -140,6 +145,37 @@ class MemoryTracker(TorchDispatchMode):
         if entry is not None:
             self.live -= entry[0]
             self.totals[entry[1]] -= entry[0]
+
+    def _resized(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """``storage.resize_(nbytes)``, accounted: the old allocation dies, a new one is born.
+
+        FSDP2 frees an unsharded parameter by resizing its storage to zero and re-allocates it
+        the same way before the next all-gather; ``resize_`` bypasses the dispatcher, so the
+        tracker wraps it while active (as torch.distributed._tools.mem_tracker does). A storage
+        keeps its category across a resize; one re-allocated from zero starts uncategorised.
+        """
+        entry = self._entries.pop(storage.data_ptr(), None)
+        if entry is not None:
+            entry[2].detach()
+            self.live -= entry[0]
+            self.totals[entry[1]] -= entry[0]
+        self._original_resize(storage, nbytes)
+        if nbytes:
+            self._add(storage, entry[1] if entry is not None else "other")
+
+    def __enter__(self) -> MemoryTracker:
+        self._original_resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage: torch.UntypedStorage, nbytes: int) -> None:
+            tracker._resized(storage, nbytes)
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
+        super().__exit__(*exc)
 
     def classify(self, tensor: Tensor, category: str) -> None:
         """Count ``tensor``'s storage under ``category`` (adding it if unseen)."""
@@ -242,8 +278,8 @@ def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) 
     def total(tensors: Iterable[Tensor]) -> int:
         seen: dict[int, int] = {}
         for t in tensors:
-            s = t.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
+            for s in _storages(t):
+                seen[s.data_ptr()] = s.nbytes()
         return sum(seen.values())
 
     params = list(model.parameters())
