@@ -7,8 +7,8 @@ block runs, its parameters are all-gathered in one collective; after its forward
 reduce-scattered in one collective. The root stays gathered from its forward to the end of
 backward (FSDP2's default for the root, whose weights backward needs first). With ``--dp`` it
 is HSDP: shards over the fsdp ranks, replicas over dp, the sharded gradients then all-reduced
-over dp. Gradients are summed (divide factor 1): each rank's loss is already its share of the
-global mean.
+over dp. Gradients are summed (divide factor 1, plain SUM reductions): each rank's loss is
+already its share of the global mean.
 
 The dtype policy (tspbench.model.optim) maps to FSDP's MixedPrecisionPolicy: float64 and
 float32 run as they are; bfloat16 keeps float32 shards (the master weights AdamW steps, 16 bytes
@@ -32,9 +32,9 @@ from dataclasses import replace
 from typing import ClassVar
 
 import torch
+import torch.distributed.fsdp as torch_fsdp
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, Workload
@@ -42,6 +42,15 @@ from tspbench.costs.memory import ActivationTerms, MemoryPrediction, predict_mem
 from tspbench.strategy import LocalBatch, Piece, Placement, Strategy, Traffic, register
 
 LOW_PRECISION = ("bfloat16",)
+FSDP2_API = ("fully_shard", "register_fsdp_forward_method", "MixedPrecisionPolicy", "FSDPModule")
+FSDP2_METHODS = ("set_gradient_divide_factor", "set_force_sum_reduction_for_comms")
+
+
+def missing_fsdp2_api() -> list[str]:
+    """What this torch lacks of the FSDP2 API these strategies call (empty on torch 2.13)."""
+    missing = [f"torch.distributed.fsdp.{n}" for n in FSDP2_API if not hasattr(torch_fsdp, n)]
+    module = getattr(torch_fsdp, "FSDPModule", None)
+    return missing + [f"FSDPModule.{m}" for m in FSDP2_METHODS if module and not hasattr(module, m)]
 
 
 @register
@@ -57,6 +66,12 @@ class FullyShardedDataParallel(Strategy):
     @classmethod
     def check(cls, layout: Layout, workload: Workload) -> None:
         super().check(layout, workload)
+        missing = missing_fsdp2_api()
+        if missing:
+            raise LayoutError(
+                f"strategy {cls.name!r} needs torch's FSDP2; torch {torch.__version__} lacks "
+                f"{', '.join(missing)} (torch 2.13 has it all)"
+            )
         if workload.dtype not in ("float64", "float32", *LOW_PRECISION):
             raise LayoutError(f"{cls.name}: dtype {workload.dtype!r} has no FSDP mixed-precision mapping")
 
@@ -79,15 +94,16 @@ class FullyShardedDataParallel(Strategy):
     def wrap(self, model: nn.Module) -> None:
         if self.mesh.size(self.shard_axis) == 1:
             return  # nothing to shard: the plain model is FSDP on one rank
-        policy = MixedPrecisionPolicy()
+        policy = torch_fsdp.MixedPrecisionPolicy()
         if self.low_precision:
             model.float()  # float32 shards are the master weights
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            policy = torch_fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         mesh = self.device_mesh()
         for module in (*model.layers, model):  # bottom-up: each block, then the root
-            fully_shard(module, mesh=mesh, mp_policy=policy)
+            torch_fsdp.fully_shard(module, mesh=mesh, mp_policy=policy)
             module.set_gradient_divide_factor(1.0)
-        register_fsdp_forward_method(model, "loss_sum")
+            module.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
+        torch_fsdp.register_fsdp_forward_method(model, "loss_sum")
 
     def logits(self, model: nn.Module, batch: LocalBatch) -> torch.Tensor:
         """Prefill ends with the weights sharded again (FSDP keeps the root gathered only for
@@ -148,22 +164,28 @@ class FullyShardedDataParallel(Strategy):
 
     def activation_terms(self) -> ActivationTerms:
         """The shared model under plain autograd on this rank's tokens, plus FSDP's gathered
-        weights as working memory: the root's from forward to the end of backward with its
-        whole-size gradients, a block's in forward, and in backward the block being
-        differentiated, the next one prefetched, its whole-size gradients and the
-        reduce-scatter input they are copied into."""
+        weights as working memory, as FSDP2 holds them in eager mode:
+
+            root      gathered from its forward to the end of backward (held_weights)
+            forward   a block's gathered parameters and the flat all-gather output they were
+                      copied from (kept until the next group's copy-out, and the one before
+                      that still referenced during it: the root's for block 0); the last
+                      block's flat output lives until the head's forward ends
+            backward  the block being differentiated and the next one prefetched, its
+                      whole-size gradients and the reduce-scatter input they are copied into
+        """
         terms = super().activation_terms()
         if self.mesh.size(self.shard_axis) == 1:
             return terms
         block, root = self.group_sizes()
         g, r = self.gather_bytes, self.reduce_bytes
-        head_grads = 0
         return replace(
             terms,
             held_weights=root * g,
-            forward_work=terms.forward_work + 2 * block * g,
-            backward_work=terms.backward_work + 2 * block * g + 2 * block * r + head_grads,
-            prefill_head=terms.prefill_head + root * g,
+            forward_work=2 * block * g + max(terms.forward_work, max(block, root) * g),
+            backward_work=terms.backward_work + 2 * block * g + 2 * block * r,
+            head_forward_work=terms.head_forward_work + block * g,
+            prefill_head=terms.prefill_head + block * g,
         )
 
     def predict_memory(self, terms: ActivationTerms | None = None) -> MemoryPrediction:

@@ -141,7 +141,8 @@ def test_unknown_strategy_lists_the_known_ones(tmp_path: Path, capsys) -> None:
     data = yaml.safe_load(yaml.safe_dump(TINY))
     data["sweep"]["zip"][0]["layout"][2]["strategy"] = "tps"
     err = one_line_error(capsys, str(write(tmp_path, data)))
-    assert "sweep.zip[0].layout[2].strategy" in err and "'tps' is not one of: dp, sp, tp, tp_sp, tsp" in err
+    assert "sweep.zip[0].layout[2].strategy" in err
+    assert "'tps' is not one of: dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp" in err
 
 
 def test_missing_file(tmp_path: Path, capsys) -> None:
@@ -182,7 +183,7 @@ def test_set_overrides_any_value(tmp_path: Path, capsys) -> None:
     )
     assert code == 0, out
     lines = table_rows(out)
-    assert [(ln[1], ln[3], ln[8]) for ln in lines] == [
+    assert [(ln[1], ln[3], ln[9]) for ln in lines] == [
         ("dp", "1", "1024"),
         ("tp", "4", "1024"),
         ("tsp", "1", "1024"),
@@ -218,7 +219,7 @@ def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
     assert code == 0
     rows = table_rows(out)
     assert len(rows) == 32
-    world, nodes = zip(*[(int(r[6]), int(r[7])) for r in rows], strict=True)
+    world, nodes = zip(*[(int(r[7]), int(r[8])) for r in rows], strict=True)
     assert (
         max(world) == 1024
         and max(nodes) == 128

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tspbench.core.errors import LayoutError
+
 
 class RankError(RuntimeError):
     """A rank raised. ``exc_type`` is the name of its exception type."""
@@ -126,7 +128,8 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the results in rank order."""
     if device == "cuda" and torch.cuda.device_count() < world_size:
-        raise ValueError(f"{world_size} ranks need {world_size} GPUs; {torch.cuda.device_count()} visible")
+        visible = torch.cuda.device_count()
+        raise LayoutError(f"world size {world_size} needs {world_size} GPUs (one per rank); {visible} visible")
     for attempt in range(3):
         try:
             return _launch_once(fn, world_size, args, kwargs, device, timeout, free_port())
