@@ -48,8 +48,9 @@ class StepMeasurement:
 class RankRun:
     """A strategy's model, optimizer and batch on this rank."""
 
-    def __init__(self, layout: Layout, workload: Workload) -> None:
-        cls = get_strategy(layout.strategy)
+    def __init__(self, layout: Layout, workload: Workload, strategy: type[Strategy] | None = None) -> None:
+        """``strategy``: a class to run instead of the registered one (benchmarks of variants)."""
+        cls = strategy or get_strategy(layout.strategy)
         rank = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world != layout.world_size:
