@@ -14,6 +14,7 @@ import yaml
 
 from tspbench.cli.main import main
 from tspbench.core.errors import ExperimentError
+from tspbench.strategy import available
 from tspbench.sweep.cluster import load_profile, profile_names
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.points import expand
@@ -80,7 +81,7 @@ def test_every_experiment_loads_and_expands(path: Path) -> None:
 
 def test_shipped_experiments_cover_the_studies() -> None:
     quick, _ = expand(load_experiment(REPO / "experiments" / "quickstart.yaml"))
-    assert {p.layout.strategy for p in quick} == {"dp", "tp", "sp", "tp_sp", "tsp"}
+    assert {p.layout.strategy for p in quick} == set(available())  # every strategy
     assert {p.world_size for p in quick} == {4}
     assert all(p.config["workload"]["device"] == "cpu" for p in quick)
     scaling, _ = expand(load_experiment(REPO / "experiments" / "paper_scaling.yaml"))
@@ -89,6 +90,9 @@ def test_shipped_experiments_cover_the_studies() -> None:
     memory, _ = expand(load_experiment(REPO / "experiments" / "paper_memory.yaml"))
     assert {p.config["workload"]["recompute"] for p in memory} == {"none", "selective", "full"}
     assert {p.config["workload"]["seq_len"] for p in memory} == {16384, 32768, 65536, 131072}
+    assert {p.layout.describe() for p in memory} >= {"tsp(tsp8)", "fsdp_sp(sp8)"}  # side by side
+    throughput, _ = expand(load_experiment(REPO / "experiments" / "paper_throughput.yaml"))
+    assert {p.layout.sp for p in throughput if p.layout.strategy == "fsdp_sp"} == {2, 4, 8}
 
 
 def test_every_cluster_profile_loads() -> None:
