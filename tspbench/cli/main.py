@@ -20,8 +20,9 @@ EXIT_USAGE = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tspbench",
-        description="Benchmark transformer parallel layouts (dp, tp, sp, tp_sp, tsp): check them against a "
-        "single-device reference, measure them, model them, sweep them locally or on Slurm, and report.",
+        description="Benchmark transformer parallel layouts (dp, fsdp, fsdp_sp, tp, sp, tp_sp, tsp): check "
+        "them against a single-device reference, measure them, model them, sweep them locally or on Slurm, "
+        "and report.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     measure.add_commands(sub)  # env, validate, bench, gpu-check

@@ -14,6 +14,10 @@ and a timeline that walks a step and takes the peak of the moments where memory 
     optimizer   persistent + all gradients + the optimizer's working buffers
     prefill     persistent + one residual stream + a block's (or the head's) working memory
 
+Two terms ride along with every moment as "other": ``resident`` (what a wrapper holds across
+steps, DDP's gradient buckets) and, in all but the optimizer moment, ``held_weights`` (weights
+gathered from the forward to the end of backward, FSDP's root).
+
 Saved sizes are exact for this code (checked against the CPU tracker); working-memory terms
 count the temporaries of each backward as written in tspbench/model/ and strategies/.
 """

@@ -6,7 +6,8 @@ CPU (exact): a dispatch-level tracker. Every op's output storages are recorded b
 with their bytes; a weakref finalizer subtracts them when the storage dies. Views share their
 base's storage and are counted once. What existed before the region (parameters, gradients,
 optimizer state, inputs) is registered first. Memory a backend allocates privately (gloo
-scratch buffers) is not seen.
+scratch buffers) is not seen. Wrapper subclasses (DTensor) count as the local tensors they hold;
+``UntypedStorage.resize_`` (FSDP2 frees and re-allocates gathered weights with it) is accounted.
 
 Categories at the peak:
     parameters   registered model parameters

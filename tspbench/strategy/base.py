@@ -182,8 +182,8 @@ class Strategy:
         """Swap hook points and modules for this strategy's collectives (on the meta model)."""
 
     def wrap(self, model: nn.Module) -> None:
-        """Hand the built model, its weights in place, to torch's own parallel wrappers
-        (DDP's reducer, FSDP2's fully_shard), in place. The model keeps its parameter names."""
+        """Hand the built model, its weights materialized, to torch's own parallel wrappers
+        (DDP's reducer, FSDP2's fully_shard), in place: it keeps its parameter names."""
 
     def resident_tensors(self) -> list[Tensor]:
         """Buffers a wrapper holds across steps besides parameters, gradients and optimizer
