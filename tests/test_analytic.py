@@ -40,6 +40,10 @@ LAYOUTS = [
     Layout("tp_sp", tp=2, sp=2),
     Layout("tsp", tsp=2),
     Layout("tsp", tsp=4),
+    Layout("fsdp", fsdp=2),
+    Layout("fsdp", fsdp=4),
+    Layout("fsdp_sp", sp=2),
+    Layout("fsdp_sp", sp=4),
 ]
 PRESETS = {"tiny": 2048, "small": 512}
 MEMORY_TOLERANCE = 0.10

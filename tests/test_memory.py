@@ -40,6 +40,43 @@ def test_allocations_views_and_in_place_ops() -> None:
     assert t.report().peak_bytes == 8000
 
 
+def test_storage_resize_frees_and_reallocates() -> None:
+    """FSDP2 frees gathered weights with storage.resize_(0) and re-allocates them the same way,
+    outside the dispatcher; the tracker must see both."""
+    original = torch.UntypedStorage.resize_
+    with MemoryTracker() as t:
+        a = torch.empty(1000)  # 4000 B                                   live 4000
+        a.untyped_storage().resize_(0)  #                                 live 0
+        assert t.live == 0
+        a.untyped_storage().resize_(6000)  #                              live 6000  <- peak
+        assert t.live == 6000
+        a.untyped_storage().resize_(2000)  # shrinks in place of the old    live 2000
+        assert t.live == 2000
+        del a  #                                                          live 0
+    assert (t.live, t.peak) == (0, 6000)
+    assert torch.UntypedStorage.resize_ is original  # put back on exit
+
+
+def _dtensor_bytes() -> tuple[int, dict[str, int]]:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = DeviceMesh("cpu", [0])
+    param = nn.Parameter(DTensor.from_local(torch.zeros(250), mesh, [Shard(0)]))  # 1000 B local
+    with MemoryTracker() as t:
+        t.register([param], "parameters")
+        doubled = param * 2  # a DTensor op: its local result is 1000 B more
+        del doubled
+    return t.peak, persistent_bytes(nn.ParameterList([param]), None)
+
+
+def test_dtensor_counts_its_local_storage() -> None:
+    from tspbench.dist.launch import launch
+
+    peak, state = launch(_dtensor_bytes, 1)[0]
+    assert peak == 2000 and state["parameters"] == 1000
+
+
 def test_registered_tensors_count_once() -> None:
     x = torch.empty(256)  # 1024 B, exists before the tracker
     t = MemoryTracker()

@@ -58,7 +58,7 @@ class Prediction:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.layout.dp * self.workload.batch * self.workload.seq_len
+        return self.layout.data_degree * self.workload.batch * self.workload.seq_len
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -130,7 +130,7 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     params = memory.persistent["parameters"]
     time = step_time(layout, workload, hw, flops, sized.mesh, traffic, terms.saved_layer["none"], params)
     model_flops = model_flops_per_step(
-        workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
+        workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.mode
     )
     return Prediction(layout, workload, hw, memory, comm, flops, model_flops, time)
 

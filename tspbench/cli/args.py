@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from tspbench.core.errors import UsageError
-from tspbench.core.names import RECOMPUTE_MODES
+from tspbench.core.names import AXES, RECOMPUTE_MODES
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload
 from tspbench.core.units import parse_bytes
 from tspbench.strategy import available, check_layout
@@ -55,7 +55,7 @@ def positive_seconds(text: str) -> float:
 
 def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> None:
     p.add_argument("--strategy", required=True, help=f"one of: {', '.join(available())}")
-    for axis in ("dp", "tp", "sp", "tsp"):
+    for axis in AXES:
         p.add_argument(f"--{axis}", type=positive_int, default=1, help=f"{axis} degree (default 1)")
     p.add_argument("--model", default=model_default, choices=sorted(PRESETS), help="model preset")
     p.add_argument("--vocab-size", type=positive_int, help="override the preset's vocabulary size")
@@ -70,7 +70,7 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
 def layout_and_workload(args: argparse.Namespace, mode: str, dtype: str) -> tuple[Layout, Workload]:
     overrides = {"vocab_size": args.vocab_size} if args.vocab_size else {}
     config = ModelConfig.preset(args.model, **overrides)
-    layout = Layout(args.strategy, args.dp, args.tp, args.sp, args.tsp)
+    layout = Layout(args.strategy, **{axis: getattr(args, axis) for axis in AXES})
     device = getattr(args, "device", "cpu")
     workload = Workload(
         config,

@@ -30,8 +30,9 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="tspbench",
-        description="Benchmark transformer parallel layouts (dp, tp, sp, tp_sp, tsp): check them against a "
-        "single-device reference, measure them, model them, sweep them locally or on Slurm, and report.",
+        description="Benchmark transformer parallel layouts (dp, fsdp, fsdp_sp, tp, sp, tp_sp, tsp): check "
+        "them against a single-device reference, measure them, model them, sweep them locally or on Slurm, "
+        "and report.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     measure.add_commands(sub)  # env, validate, bench, gpu-check

@@ -15,7 +15,7 @@ from tspbench.cli.args import (
     non_negative_int,
     positive_int,
 )
-from tspbench.core.names import DEVICES, DTYPES, MODES
+from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +87,8 @@ def print_validation(r: dict) -> None:
         print(f"  {key:<20} {err:>12.3e}   {flag}")
     print(
         f"  comm bytes/step      {r['comm_bytes_per_step']:>12,.0f}   analytic count "
-        f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}"
+        f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}, dispatch count "
+        f"{'matches' if r['comm_matches_dispatch'] else 'DIFFERS'}"
     )
     per_rank = r["peak_memory_bytes_per_rank"]
     print(f"  peak memory (max)    {r['peak_memory_bytes']:>12,}   per rank {per_rank}")
@@ -110,7 +111,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def print_record(r: dict) -> None:
     print(
-        f"{r['strategy']}  dp{r['dp']} tp{r['tp']} sp{r['sp']} tsp{r['tsp']}  {r['model']}  "
+        f"{r['strategy']}  {' '.join(f'{a}{r[a]}' for a in AXES)}  {r['model']}  "
         f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
     )
     if r["status"] != "completed":

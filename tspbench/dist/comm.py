@@ -184,6 +184,15 @@ class Pending:
             w.wait()
         return self._result()
 
+    def future(self) -> torch.futures.Future:
+        """A Future of the result, completed when the transfer is (what DDP's comm hooks return)."""
+        if not self._works:
+            done: torch.futures.Future = torch.futures.Future()
+            done.set_result(self._result())
+            return done
+        futures = [w.get_future() for w in self._works]
+        return torch.futures.collect_all(futures).then(lambda _: self._result())
+
 
 def _issue(
     op: str,
@@ -202,10 +211,23 @@ def _issue(
             simulated()
         works: Sequence[dist.Work] = ()
     else:
-        started = start()
+        _issuing.active = True
+        try:
+            started = start()
+        finally:
+            _issuing.active = False
         works = started if isinstance(started, list) else [started]
     pending = Pending(works, result)
     return pending if async_op else pending.wait()
+
+
+_issuing = threading.local()  # set while a primitive here starts its c10d op (see issued_here)
+
+
+def issued_here() -> bool:
+    """True while one of this module's primitives is starting its c10d op: a dispatch-level
+    counter (tspbench.dist.c10d_count) leaves those to the count above, so nothing counts twice."""
+    return getattr(_issuing, "active", False)
 
 
 def _solo(result: Callable[[], object], async_op: bool):

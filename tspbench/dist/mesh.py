@@ -91,6 +91,11 @@ class Mesh:
                 return group
         raise KeyError(f"no group labelled {label!r}; have {sorted(g.name for g in self._groups.values())}")
 
+    def labels(self) -> dict[str, str]:
+        """The label of each of this rank's process groups, by its c10d name (for counting at
+        dispatch level, tspbench.dist.c10d_count)."""
+        return {g.pg.group_name: g.name for g in self._groups.values() if g.pg is not None}
+
     def size(self, *axes: str) -> int:
         return math.prod(self.dims[a] for a in self._canonical(axes))
 

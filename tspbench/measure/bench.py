@@ -81,8 +81,9 @@ def percentile(values: list[float], q: float) -> float:
 def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
     times = ranks[0]["times"]
     median = statistics.median(times)
-    tokens = layout.dp * workload.batch * workload.seq_len
-    flops = model_flops_per_step(workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode)
+    seqs = layout.data_degree * workload.batch
+    tokens = seqs * workload.seq_len
+    flops = model_flops_per_step(workload.model, seqs, workload.seq_len, workload.mode)
     per_step = [max(r["memory"][i].peak_bytes for r in ranks) for i in range(len(ranks[0]["memory"]))]
     step = sorted(range(len(per_step)), key=per_step.__getitem__)[(len(per_step) - 1) // 2]  # the median
     peaks = [r["memory"][step].peak_bytes for r in ranks]

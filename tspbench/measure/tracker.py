@@ -6,11 +6,13 @@ CPU: a dispatch-level tracker, exact for what it sees. Every op's output storage
 the thread that entered the tracker) are recorded by data pointer with their bytes; a weakref
 finalizer subtracts them when the storage dies. Views share their base's storage and are
 counted once; a storage an op reallocates in place (``resize_``, an ``out=`` argument) is
-counted again at its new size. What existed before the region (parameters, gradients,
-optimizer state, inputs) is registered first. Not seen: storages created in another thread
-(the dispatch mode is per thread; tspbench's steps allocate in one), scratch a kernel allocates
-and frees inside one op (e.g. ~600 KB inside one CPU flash-attention call), and memory a backend
-allocates privately (gloo's buffers).
+counted again at its new size, and so is one resized through ``UntypedStorage.resize_``, which
+bypasses the dispatcher (FSDP2 frees and re-allocates gathered weights with it). Wrapper
+subclasses (DTensor) count as the local tensors they hold. What existed before the region
+(parameters, gradients, optimizer state, inputs) is registered first. Not seen: storages
+created in another thread (the dispatch mode is per thread; tspbench's steps allocate in one),
+scratch a kernel allocates and frees inside one op (e.g. ~600 KB inside one CPU flash-attention
+call), and memory a backend allocates privately (gloo's buffers).
 
 Categories at the peak:
     parameters   registered model parameters
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 from tspbench.dist import comm
@@ -80,8 +82,13 @@ class MemoryReport:
 
 
 def _storages(t: Tensor) -> list[torch.UntypedStorage]:
-    """The storage behind ``t``. (tspbench never builds DTensors or async collective tensors, so
-    torch.distributed._tools' unwrapping, which costs 2.4 s to import, is not needed.)"""
+    """The storages behind ``t``: its own, or for a wrapper subclass (FSDP2's DTensor
+    parameters, gradients and optimizer state) those of the local tensors it wraps. (As
+    torch.distributed._tools.common_utils.get_untyped_storages does; that module costs 2.4 s to
+    import.)"""
+    if is_traceable_wrapper_subclass(t):
+        attrs, _ = t.__tensor_flatten__()
+        return [s for a in attrs if isinstance(inner := getattr(t, a), Tensor) for s in _storages(inner)]
     return [t.untyped_storage()]
 
 
@@ -154,6 +161,45 @@ class MemoryTracker(TorchDispatchMode):
             self.live -= entry[0]
             self.totals[entry[1]] -= entry[0]
 
+    def _forget(self, ptr: int) -> str | None:
+        """Drop the entry at ``ptr`` without waiting for its storage to die (it was reallocated);
+        its category, or None if it was not tracked."""
+        entry = self._entries.pop(ptr, None)
+        if entry is None:
+            return None
+        entry[2].detach()
+        self.live -= entry[0]
+        self.totals[entry[1]] -= entry[0]
+        return entry[1]
+
+    def _resize_storage(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """``storage.resize_(nbytes)``, accounted: the old allocation dies, a new one is born.
+
+        FSDP2 frees an unsharded parameter by resizing its storage to zero and re-allocates it
+        the same way before the next all-gather; ``UntypedStorage.resize_`` bypasses the
+        dispatcher, so the tracker wraps it while active (as torch.distributed._tools.mem_tracker
+        does). A storage keeps its category across a resize; one re-allocated from zero starts
+        uncategorised.
+        """
+        category = self._forget(storage.data_ptr())
+        self._original_resize(storage, nbytes)
+        if nbytes:
+            self._add(storage, category or "other")
+
+    def __enter__(self) -> MemoryTracker:
+        self._original_resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage: torch.UntypedStorage, nbytes: int) -> None:
+            tracker._resize_storage(storage, nbytes)
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
+        super().__exit__(*exc)
+
     def classify(self, tensor: Tensor, category: str) -> None:
         """Count ``tensor``'s storage under ``category`` (adding it if unseen)."""
         for s in _storages(tensor):
@@ -209,17 +255,10 @@ class MemoryTracker(TorchDispatchMode):
             for h in handles:
                 h.remove()
 
-    def _resized(self, storage: torch.UntypedStorage, old_ptr: int) -> None:
+    def _reallocated(self, storage: torch.UntypedStorage, old_ptr: int) -> None:
         """An op reallocated a storage in place (``resize_``, an ``out=`` op): drop its old entry
         and count it again at its new size, in the same category."""
-        entry = self._entries.pop(old_ptr, None)
-        category = "other"
-        if entry is not None:
-            entry[2].detach()
-            self.live -= entry[0]
-            self.totals[entry[1]] -= entry[0]
-            category = entry[1]
-        self._add(storage, category)
+        self._add(storage, self._forget(old_ptr) or "other")
 
     # ---- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -227,7 +266,7 @@ class MemoryTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for storage, ptr, nbytes in written:
             if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
-                self._resized(storage, ptr)
+                self._reallocated(storage, ptr)
         for t in tree_leaves(out):
             if isinstance(t, Tensor):
                 for s in _storages(t):
@@ -294,8 +333,8 @@ def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) 
     def total(tensors: Iterable[Tensor]) -> int:
         seen: dict[int, int] = {}
         for t in tensors:
-            s = t.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
+            for s in _storages(t):
+                seen[s.data_ptr()] = s.nbytes()
         return sum(seen.values())
 
     params = list(model.parameters())

@@ -10,8 +10,9 @@ each rank's own copy of a replicated parameter is checked, not rank 0's for all)
                        gradient element at rounding level flips a whole update)
 and the collectives each rank counted in the step against the strategy's analytic count
 (calls and message bytes per op, phase, group (mesh axes and channel) and group size must be
-equal). The parent holds every rank's full-shape copies at once: validate is meant for the CPU
-presets.
+equal), and against what the dispatcher saw of them (every c10d op of the step,
+tspbench.dist.c10d_count). The parent holds every rank's full-shape copies at once: validate
+is meant for the CPU presets.
 
 Peak memory is that of a steady-state step: in training the second step, when the AdamW state
 exists (the first step's peak is reported beside it); in prefill the first.
@@ -60,6 +61,7 @@ class ModeResult:
     param_bytes: list[int]
     errors: dict[str, float]
     comm_ok: bool  # every rank's counted collectives equal the analytic count
+    dispatch_ok: bool  # ... and equal what the dispatcher saw (every c10d op of the step)
     worst_param: str = ""
     first_step_peak_bytes: list[int] = field(default_factory=list)
 
@@ -89,6 +91,7 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
         out["logits"] = run.strategy.full_logits(first.output)
     out.update(
         comm=first.comm,
+        c10d=first.c10d,
         peak=steady.memory.peak_bytes,
         param_bytes=steady.memory.by_category.get("parameters", 0),
     )
@@ -113,7 +116,7 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
     """Run one mode of ``workload`` under ``layout`` and against the reference, on every rank."""
     cls = check_layout(layout, workload)
     with single_threaded():
-        reference = Reference(workload, layout.dp * workload.batch)
+        reference = Reference(workload, layout.data_degree * workload.batch)
         ref_logits = reference.logits()
         if workload.mode == "train":
             ref_loss = reference.train_step()
@@ -135,6 +138,7 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
         param_bytes=[r["param_bytes"] for r in ranks],
         errors=errors,
         comm_ok=all(summarize(r["comm"]) == summarize(analytic) for r in ranks),
+        dispatch_ok=all(summarize(r["comm"]) == summarize(r["c10d"]) for r in ranks),
         worst_param=worst_param,
         first_step_peak_bytes=[r.get("first_step_peak", r["peak"]) for r in ranks],
     )
@@ -153,11 +157,12 @@ def validate(
         for key, err in result.errors.items():
             max_err[key] = max(max_err.get(key, 0.0), err)
     comm_ok = all(r.comm_ok for r in per_mode.values())
+    dispatch_ok = all(r.dispatch_ok for r in per_mode.values())
     main = per_mode.get("train") or next(iter(per_mode.values()))
     return {
         "strategy": layout.strategy,
         "layout": layout.describe(),
-        **{k: layout.degree(k) for k in ("dp", "tp", "sp", "tsp")},
+        **layout.degrees(),
         "world_size": layout.world_size,
         "model": workload.model.name,
         "seq_len": workload.seq_len,
@@ -171,6 +176,7 @@ def validate(
         "comm_bytes_per_step": main.comm_bytes,
         "comm_bytes_per_step_by_mode": {m: r.comm_bytes for m, r in per_mode.items()},
         "comm_matches_analytic": comm_ok,
+        "comm_matches_dispatch": dispatch_ok,
         "comm_counted": {m: _summary_json(r.comm) for m, r in per_mode.items()},
         "comm_analytic": {m: _summary_json(r.analytic) for m, r in per_mode.items()},
         "ranks_compared": layout.world_size,
@@ -179,7 +185,7 @@ def validate(
         "peak_memory_step": "second (AdamW state exists)" if main is per_mode.get("train") else "first",
         "peak_memory_first_step_bytes": max(main.first_step_peak_bytes),
         "parameter_bytes_per_rank": main.param_bytes,
-        "passed": comm_ok and all(v <= tol for v in max_err.values()),
+        "passed": comm_ok and dispatch_ok and all(v <= tol for v in max_err.values()),
     }
 
 

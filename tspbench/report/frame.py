@@ -16,7 +16,7 @@ import pandas as pd
 from tspbench.core.names import AXES, CATEGORIES, PHASES
 from tspbench.core.units import degrees_text
 
-STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "tp", "sp", "tp_sp", "tsp"))}
+STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "fsdp", "tp", "sp", "tp_sp", "fsdp_sp", "tsp"))}
 RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.core.names import FINAL_STATUSES
+from tspbench.core.names import AXES, FINAL_STATUSES
 from tspbench.core.units import excerpt
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
 
@@ -354,7 +354,7 @@ def write_tables(experiment_dir: str | Path, damaged: list[RunFiles] | None = No
     return frame
 
 
-STATUS_COLUMNS = ("run_id", "strategy", "dp", "tp", "sp", "tsp", "world_size", "seq_len", "batch", "mode")
+STATUS_COLUMNS = ("run_id", "strategy", *AXES, "world_size", "seq_len", "batch", "mode")
 
 
 def status_table(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFrame:
