@@ -67,7 +67,7 @@ def _exit(argv: list[str], capsys) -> tuple[int, str]:
     "argv, problem",
     [
         (["validate", "--strategy", "fsdp_sp", "--sp", "4", "--seq-len", "100"], "divisible by 2 x sp = 8"),
-        (["bench", "--strategy", "fsdp", "--fsdp", "1024", "--device", "cuda"], "needs 1024 GPUs"),
+        (["bench", "--strategy", "fsdp", "--fsdp", "1024", "--device", "cuda"], "need 1024 GPUs"),
         (["validate", "--strategy", "fsdp", "--fsdp", "2", "--tp", "2"], "tp=2 must be 1"),
     ],
 )

@@ -60,9 +60,10 @@ def _direct(n: int) -> dict:
 def _wrapped(n: int) -> dict:
     """tspbench's own primitives under the counter: seen at dispatch, counted once."""
     r = dist.get_rank()
-    group = Mesh({"world": n}, r).group("world")
+    mesh = Mesh({"world": n}, r)
+    group = mesh.group("world")
     x = torch.ones(ROWS, COLS, dtype=torch.float64)
-    with comm.counting() as log, C10dCounter(log) as counter:
+    with comm.counting() as log, C10dCounter(log, mesh.labels()) as counter:
         comm.all_reduce(x, group)
         comm.all_gather(x, group)
         comm.reduce_scatter(torch.ones(n, ROWS, COLS).double(), group)
@@ -99,7 +100,7 @@ def test_wrapped_collectives_are_seen_as_counted_and_counted_once(n: int) -> Non
     for rank, out in enumerate(launch(_wrapped, n, n, timeout=120)):
         assert len(out["log"]) == 8, f"rank {rank}: {out['log']}"  # each once, by the wrapper
         assert summarize(out["seen"]) == summarize(out["log"]), f"rank {rank}"
-        assert out["seen"][-1] == CommRecord("all_reduce", "forward", n, ROWS * COLS * 8)
+        assert out["seen"][-1] == CommRecord("all_reduce", "forward", n, ROWS * COLS * 8, group="world")
 
 
 def test_ddp_bucket_model_agrees_with_torch() -> None:
