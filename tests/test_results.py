@@ -10,6 +10,8 @@ import io
 import json
 import multiprocessing as mp
 import os
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +25,7 @@ from tspbench.sweep.local import run_local
 from tspbench.sweep.points import Point, expand
 from tspbench.sweep.progress import Progress
 from tspbench.sweep.run import select
-from tspbench.sweep.store import Store, load, read_json, status_table, write_atomic, write_tables
+from tspbench.sweep.store import Store, load, locked, read_json, status_table, write_atomic, write_tables
 
 EXPERIMENT = {
     "name": "store",
@@ -85,7 +87,7 @@ def test_store_layout_and_status_moves(points: list[Point], tmp_path: Path) -> N
     p = points[0]
     store.prepare(p.to_json())
     run = store.run_dir(p.run_id)
-    assert sorted(x.name for x in run.iterdir()) == ["logs", "point.json", "status.json"]
+    assert sorted(x.name for x in run.iterdir()) == [".lock", "logs", "point.json", "status.json"]
     assert read_json(run / "point.json")["config"] == p.config
     assert store.status(p.run_id)["status"] == "pending" and store.status(p.run_id)["attempt"] == 0
     assert store.start(p.run_id) == 1 and store.state(p.run_id) == "running"
@@ -193,7 +195,26 @@ def test_concurrent_writers_never_clobber(points: list[Point], tmp_path: Path) -
     assert len(winners) == 1  # exactly one writer recorded the outcome ...
     assert read_json(store.run_dir(rid) / "result.json")["writer"] == winners[0]  # ... and it stayed
     assert store.state(rid) in FINAL_STATUSES
-    assert not list(store.run_dir(rid).glob(".*tmp")) and not (store.run_dir(rid) / ".lock").exists()
+    assert not list(store.run_dir(rid).glob(".*tmp"))  # no torn write left behind
+
+
+def _hold_lock_and_die(folder: str, held: mp.Event) -> None:
+    with locked(Path(folder)):
+        held.set()
+        os.kill(os.getpid(), signal.SIGKILL)  # killed inside the read-modify-write
+
+
+def test_a_writer_killed_holding_the_lock_never_blocks_the_next(tmp_path: Path) -> None:
+    ctx = mp.get_context("fork")
+    held = ctx.Event()
+    child = ctx.Process(target=_hold_lock_and_die, args=(str(tmp_path), held))
+    child.start()
+    child.join(timeout=30)
+    assert held.is_set() and child.exitcode == -signal.SIGKILL
+    start = time.monotonic()
+    with locked(tmp_path, timeout=5.0):
+        waited = time.monotonic() - start
+    assert waited < 1.0  # taken at once: no stale-lock timeout to sit out
 
 
 def test_damaged_files_are_named_listed_and_moved_aside_before_a_rerun(

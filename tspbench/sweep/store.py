@@ -11,13 +11,14 @@
                           attempt count, error excerpt, executor details (Slurm job id, host)
             result.json   the flat record (bench's schema), once the point has finished
             logs/         full error text per attempt and rank, copies of Slurm task logs
+            .lock         the empty file every status change flocks (``locked``)
 
 Every file is written to a temporary name, fsynced and renamed over the old one, so a kill
 leaves the old file or the new one, never a torn one; files get the mode a plain open() would
 give them (0644 under the usual umask). A folder whose files do not parse is damaged
 (tspbench.sweep.damage): reported by path, never silently skipped or overwritten. Several
 processes may write one run folder (the ranks of a Slurm job, the sweep that watches it): each
-status change is a read-modify-write under an ``O_EXCL`` lock file, and the rules below make
+status change is a read-modify-write under an exclusive ``flock`` (``locked``), and the rules below make
 the first final word stick. Status moves: pending -> running -> a final status; ``queue`` moves
 any non-completed status back to pending (a rerun). A completed point is never touched again.
 """
@@ -25,10 +26,10 @@ any non-completed status back to pending (a rerun). A completed point is never t
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +44,6 @@ from tspbench.core.units import excerpt
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
 
 LOCK_TIMEOUT_S = 30.0
-LOCK_STALE_S = 60.0  # a holder keeps the lock for milliseconds; older means its writer died
 TABLES = ("records.csv", "records.parquet")
 _UMASK = os.umask(0o022)  # read once (os.umask can only be read by setting it) ...
 os.umask(_UMASK)  # ... and put back at once
@@ -118,31 +118,25 @@ def pid_alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def locked(folder: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold ``folder/.lock`` for a read-modify-write. A holder keeps it for milliseconds, so a
-    lock whose holder is gone (its pid dead on this host: a killed sweep), or one older than
-    LOCK_STALE_S (a writer on another host that died), is taken over."""
-    lock = folder / ".lock"
-    deadline = time.monotonic() + timeout
-    host = socket.gethostname()
-
-    def stale() -> bool:
-        try:
-            age = time.time() - lock.stat().st_mtime
-        except OSError:
-            return True  # gone already: claim again
-        holder = read_json(lock) or {}
-        dead = holder.get("host") == host and not pid_alive(holder.get("pid", -1))
-        return dead or age > LOCK_STALE_S
-
-    while not exclusive(lock, {"pid": os.getpid(), "host": host}, stale):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{lock} held for more than {timeout:.0f} s")
-        time.sleep(0.005)
+    """Hold ``folder/.lock`` for a read-modify-write: an exclusive ``flock`` on a file that is
+    never removed. The kernel drops the lock when its holder's file closes or the holder dies,
+    so a killed writer cannot leave the folder locked and no one ever judges a lock stale (a
+    stale-lock takeover races: two waiters can both judge one holder gone and both enter).
+    Linux carries flock over NFS as a POSIX lock, so writers on several hosts exclude too."""
+    fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR, FILE_MODE)
     try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{folder / '.lock'} held for more than {timeout:.0f} s") from None
+                time.sleep(0.002)
         yield
     finally:
-        with contextlib.suppress(OSError):
-            lock.unlink()
+        os.close(fd)  # closing the file releases the lock
 
 
 class Store:
