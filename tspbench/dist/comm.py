@@ -294,13 +294,23 @@ def all_to_all(x: Tensor, group: Group, async_op: bool = False):
 
 
 def ring_shift(x: Tensor, group: Group, async_op: bool = False):
-    """Send x [any] to the next member and receive the previous member's [same shape]."""
+    """Send x [any] to the next member and receive the previous member's [same shape].
+
+    A plain isend and irecv, not ``batch_isend_irecv``, which refuses fake tensors. Even members
+    send first and odd ones receive first, so where both directions of one pair share a stream
+    (two members, NCCL) each send meets a posted receive.
+    """
     if group.size == 1:
         return _solo(lambda: x, async_op)
     x = x.contiguous()
     out = torch.empty_like(x)
-    ops = [dist.P2POp(dist.isend, x, group.next, group.pg), dist.P2POp(dist.irecv, out, group.prev, group.pg)]
-    start = partial(dist.batch_isend_irecv, ops)
+
+    def start() -> list[dist.Work]:
+        send = partial(dist.isend, x, group.next, group.pg)
+        recv = partial(dist.irecv, out, group.prev, group.pg)
+        first, second = (send, recv) if group.rank % 2 == 0 else (recv, send)
+        return [first(), second()]
+
     return _issue("send_recv", group, _nbytes(x), start, lambda: out, async_op, lambda: out.copy_(x))
 
 

@@ -2,8 +2,8 @@
 
 CUDA: the caching allocator's peaks (allocated and reserved), reset per window.
 
-CPU (exact): a dispatch-level tracker. Every op's output storages are recorded by data pointer
-with their bytes; a weakref finalizer subtracts them when the storage dies. Views share their
+CPU (exact): a dispatch-level tracker. Every op's output storages are recorded by storage
+identity with their bytes; a weakref finalizer subtracts them when the storage dies. Views share their
 base's storage and are counted once. What existed before the region (parameters, gradients,
 optimizer state, inputs) is registered first. Memory a backend allocates privately (gloo
 scratch buffers) is not seen.
@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_leaves
 
 from tspbench.dist import comm
 
+_DEVICE = torch.ops.prim.device.default
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")
 # A storage seen again under another category moves only along these edges: parameters and
 # optimizer state never move (autograd saves weight views too), a saved buffer can become a
@@ -70,6 +71,12 @@ class MemoryReport:
         return record
 
 
+def storage_key(storage: torch.UntypedStorage) -> int:
+    """The identity of a storage (its StorageImpl), the same for every view of it. Not its data
+    pointer: under fake tensors every storage's data pointer is 0."""
+    return storage._cdata
+
+
 def _storages(t: Tensor) -> list[torch.UntypedStorage]:
     """The storage behind ``t``. (tspbench never builds DTensors or async collective tensors, so
     torch.distributed._tools' unwrapping, which costs 2.4 s to import, is not needed.)"""
@@ -93,14 +100,14 @@ class MemoryTracker(TorchDispatchMode):
         self.peak_phase = ""
         self.peak_seq = 0  # allocation number of the storage that set the peak
         self._seq = 0
-        self._entries: dict[int, list] = {}  # data_ptr -> [nbytes, category, finalizer, number]
+        self._entries: dict[int, list] = {}  # storage key -> [nbytes, category, finalizer, number]
 
     # ---- bookkeeping
     def _add(self, storage: torch.UntypedStorage, category: str) -> None:
         nbytes = storage.nbytes()
-        ptr = storage.data_ptr()
-        if nbytes == 0 or ptr == 0 or storage.device.type == "meta":
+        if nbytes == 0:
             return
+        ptr = storage_key(storage)
         entry = self._entries.get(ptr)
         if entry is not None:
             if category in PROMOTIONS.get(entry[1], ()):
@@ -196,7 +203,9 @@ class MemoryTracker(TorchDispatchMode):
     # ---- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
+        if func is _DEVICE:  # half of all calls under fake tensors: a device query allocates nothing
+            return out
+        for t in (out,) if isinstance(out, Tensor) else tree_leaves(out):
             if isinstance(t, Tensor):
                 for s in _storages(t):
                     self._add(s, "other")
@@ -243,7 +252,7 @@ def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) 
         seen: dict[int, int] = {}
         for t in tensors:
             s = t.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
+            seen[storage_key(s)] = s.nbytes()
         return sum(seen.values())
 
     params = list(model.parameters())

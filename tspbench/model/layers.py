@@ -92,17 +92,25 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     A query chunk may sit at the end of a longer key prefix (Sq <= Sk): query i sees keys
     j <= i + Sk - Sq. Sequence-parallel strategies rely on this. Flash kernels on GPU (bf16,
     fp16); on CPU two flash calls merged by log-sum-exp, so no O(Sq Sk) mask is ever built.
+
+    The kernel follows the tensors' device and dtype only, never whether their values exist:
+    under fake tensors (tspbench.measure.fake) each call is the one the real device runs. On
+    CUDA the flash kernel is called by name, because SDPA's own choice asks the GPU, and fake
+    CUDA tensors would get the math path with its [Sq, Sk] score matrix.
     """
     sq, sk = q.shape[-2], k.shape[-2]
     gqa = q.shape[1] != k.shape[1]
+    flash = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256
     if sq == sk:
+        if flash:  # the kernel SDPA picks on a GPU, named: under fake tensors SDPA would take math
+            return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     if sq > sk:
         raise ValueError(f"query length {sq} exceeds key length {sk}")
     if gqa:
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256:
+    if flash:
         # The flash kernel aligns its causal mask bottom-right when Sq != Sk.
         return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
     if q.device.type == "cpu" and _CPU_FLASH is not None and q.shape[-2] < k.shape[-2]:

@@ -53,6 +53,11 @@ from tspbench.model.layers import (
 # ----------------------------------------------------------------------------- initialisation
 
 
+def fake_mode_active() -> bool:
+    """Whether a FakeTensorMode is active: tensors have shapes, dtypes and devices, no values."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
 def init_std(name: str, config: ModelConfig) -> float:
     """GPT-2 style: N(0, 0.02), residual-output projections scaled by 1/sqrt(2L); norms are ones."""
     if name.endswith(("wo.weight", "w2.weight")):
@@ -72,10 +77,12 @@ def reference_parameter(
 
     Each parameter has a generator seeded by (seed, name), so its value never depends on the
     layout, on the other parameters, or on the order they are built in. A strategy builds its
-    shard by drawing the full tensor once and slicing it.
+    shard by drawing the full tensor once and slicing it. Under fake tensors nothing is drawn.
     """
     if "norm" in name:
         return torch.ones(shape, device=device, dtype=dtype)
+    if fake_mode_active():  # shapes only: fake tensors have no values to draw (nor CUDA generators)
+        return torch.empty(shape, device=device, dtype=dtype)
     gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
     full = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
     return full.mul_(init_std(name, config)).to(dtype)
