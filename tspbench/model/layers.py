@@ -15,21 +15,31 @@ from torch import Tensor
 
 
 class _RMSNorm(torch.autograd.Function):
-    """y = x * rsqrt(mean(x^2) + eps) * w. Saves x and rstd [B, S, 1], like a fused kernel."""
+    """y = x * rsqrt(mean(x^2) + eps) * w. Saves x and rstd [B, S, 1], like a fused kernel.
+
+    The statistics are float32 for half-precision x (float64 stays float64). The working set is
+    kept small, since at long sequences a [B, S, h] float32 temporary is bigger than the MLP's
+    (TP shards the MLP, never the norm): forward holds x * rstd (float32) and y; backward
+    x-hat and dx-hat (float32, updated in place) and one product at a time - 3 float32
+    [B, S, h] at most.
+    """
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        rstd = torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + eps)
+        square_norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=stat_dtype(x)).square_()
+        rstd = square_norm.div_(x.shape[-1]).add_(eps).rsqrt_()
         ctx.save_for_backward(x, rstd, weight)
-        return (upcast(x) * rstd).to(x.dtype) * weight
+        normed = x * rstd  # float32 for half x (type promotion), no upcast copy of x
+        return normed.to(x.dtype).mul_(weight) if normed.dtype != x.dtype else normed.mul_(weight)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, rstd, weight = ctx.saved_tensors
-        xhat = upcast(x) * rstd
-        dxhat = upcast(dy * weight)
-        dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
-        dw = (upcast(dy) * xhat).reshape(-1, x.shape[-1]).sum(0)
+        xhat = x * rstd
+        dw = (dy * xhat).reshape(-1, x.shape[-1]).sum(0)
+        dxhat = dy * upcast(weight)
+        mean = (dxhat * xhat).mean(-1, keepdim=True)
+        dx = dxhat.sub_(xhat.mul_(mean)).mul_(rstd)  # rstd (dxhat - xhat mean(dxhat xhat))
         return dx.to(x.dtype), dw.to(weight.dtype), None
 
 
@@ -50,6 +60,11 @@ class _SwiGLU(torch.autograd.Function):
 def upcast(x: Tensor) -> Tensor:
     """float32 for half-precision tensors (norm statistics, softmax, loss); unchanged otherwise."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def stat_dtype(x: Tensor) -> torch.dtype:
+    """The dtype statistics of ``x`` are computed in: float32 for half precision, else its own."""
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
 def swiglu_backward(h1: Tensor, h3: Tensor, da: Tensor) -> tuple[Tensor, Tensor]:
