@@ -27,6 +27,7 @@ from tspbench.measure.flop_counter import register_cpu_attention_flops
 from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
 from tspbench.model.optim import build_optimizer, torch_dtype
 from tspbench.model.reference import make_batch
+from tspbench.model.transformer import fake_mode_active
 from tspbench.strategy import LocalBatch, Strategy, get_strategy
 
 register_cpu_attention_flops()
@@ -44,16 +45,22 @@ class StepMeasurement:
 
 
 class RankRun:
-    """A strategy's model, optimizer and batch on this rank."""
+    """A strategy's model, optimizer and batch on this rank.
 
-    def __init__(self, layout: Layout, workload: Workload) -> None:
+    ``device`` defaults to this rank's (tspbench.dist.launch.local_device); a fake world
+    (tspbench.measure.fake) names the device it simulates, and builds the run under fake
+    tensors: then nothing has values, and memory is always measured by the dispatch tracker.
+    """
+
+    def __init__(self, layout: Layout, workload: Workload, device: torch.device | None = None) -> None:
         cls = get_strategy(layout.strategy)
         rank = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world != layout.world_size:
             raise LayoutError(f"{layout.describe()} needs {layout.world_size} ranks, this world has {world}")
         self.layout, self.workload = layout, workload
-        self.device = local_device()
+        self.device = device or local_device()
+        self.fake = fake_mode_active()
         self.mesh = Mesh(cls.mesh_dims(layout), rank, channels=cls.channels)
         self.strategy: Strategy = cls(layout, workload, self.mesh, self.device)
         self.model: nn.Module = self.strategy.build()
@@ -100,7 +107,7 @@ class RankRun:
         """One step with collectives counted and peak memory measured (the exact tracker on CPU,
         the allocator on CUDA)."""
         with comm.counting() as log:
-            if self.device.type == "cuda":
+            if self.device.type == "cuda" and not self.fake:
                 with CudaPeak(self.device) as peak:
                     out = self.step()
                 memory = peak.report(persistent_bytes(self.model, self.optimizer))
@@ -111,7 +118,7 @@ class RankRun:
                     tracker.reset_peak()
                     out = self.step(tracker)
                 memory = tracker.report()
-        loss = out.item() if self.train else None
+        loss = out.item() if self.train and not self.fake else None
         state = persistent_bytes(self.model, self.optimizer)
         return StepMeasurement(loss, list(log.records), memory, out, state)
 
