@@ -1,4 +1,5 @@
-"""The local and predict executors: points measured (or predicted) one after another, here.
+"""The local and predict executors: points measured (or predicted) one after another, here
+(the fake executor, tspbench.sweep.fake, runs its points through ``run_local`` too).
 
 ``measure_local`` runs a point through ``tspbench.measure.bench.bench``, which turns OOM, a
 crashing rank and a hang into statuses; anything else that escapes is recorded ``failed``
@@ -113,6 +114,13 @@ def _environment(points: list[Point], executor: str) -> dict[str, Any]:
     the hardware profile it assumed."""
     if not points:
         return {}
+    if executor == "fake":
+        return {
+            **environment("cpu"),
+            "executor": "fake",
+            "device": points[0].workload.device,
+            "backend": "fake",
+        }
     if executor != "predict":
         return environment(points[0].workload.device)
     hardware = points[0].config.get("hardware")
