@@ -53,7 +53,7 @@ def memory_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
         line = {**style.line(label), "linestyle": "", "markersize": 7.5}
         ax.plot(rows["pred_peak"] / scale, rows["measured_peak"] / scale, zorder=4, **line)
     ax.set_xlabel(f"predicted peak memory per {ctx.noun} ({unit})")
-    ax.set_ylabel(f"measured peak memory per {ctx.noun} ({unit})")
+    ax.set_ylabel(f"{ctx.executed} peak memory per {ctx.noun} ({unit})")
     handles = [*series_handles(style), *keys]
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
     err = (ok["pred_peak"] / ok["measured_peak"] - 1) * 100
@@ -62,7 +62,7 @@ def memory_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
         f"{len(ok)} points: median |error| {err.abs().median():.1f}%, worst {err.abs().max():.1f}% "
         f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])})"
     )
-    fig.suptitle(ctx.title(f"Predicted vs measured peak memory per {ctx.noun}\n{stats}", ok))
+    fig.suptitle(ctx.title(f"Predicted vs {ctx.executed} peak memory per {ctx.noun}\n{stats}", ok))
     return fig
 
 
