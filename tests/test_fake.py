@@ -288,3 +288,8 @@ def test_the_fake_executor_runs_a_sweep(tmp_path: Path, capsys: pytest.CaptureFi
     assert all(
         r["source"] == "fake" and r["fake_ranks"] == [0] and r["status"] == "completed" for r in records
     )
+    assert main(["report", str(tmp_path / "results" / "fakes")]) == 0
+    report = (tmp_path / "results" / "fakes" / "report" / "report.md").read_text()
+    assert "executed in a fake world" in report and "memory_parity.png" in report
+    summary = (tmp_path / "results" / "fakes" / "report" / "summary.md").read_text()
+    assert "peak fake world" in summary and "| fake |" in summary
