@@ -14,9 +14,10 @@ reduce, all_to_all_single, isend/irecv), so no rank waits for another and any wo
 works: rank 7 of 1,024 runs alone. The results come back in the order of ``ranks``.
 
 Failures are results: the first rank that raises (or a worker that dies) becomes a RankError
-naming the rank, its exception and traceback; a call that outlives ``timeout`` raises
-LaunchTimeout. A worker left mid-job is killed and replaced, and ``close`` (or leaving the
-``with`` block) ends every worker, so no process is left behind.
+naming the rank, its exception and traceback; a rank that takes longer than ``timeout``
+(counted from the previous rank's result) raises LaunchTimeout. A worker left mid-job is
+killed and replaced, and ``close`` (or leaving the ``with`` block) ends every worker, so no
+process is left behind.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class FakeWorld:
         timeout: float = 600.0, **kwargs: Any,
     ) -> list[Any]:  # fmt: skip
         """``fn(*args, **kwargs)`` on each of ``ranks`` of a fake world of ``world_size``; the
-        results in the order of ``ranks``."""
+        results in the order of ``ranks``. ``timeout`` bounds each rank."""
         bad = [r for r in ranks if not 0 <= r < world_size]
         if bad or not ranks:
             raise ValueError(f"ranks {bad or list(ranks)} are not ranks of a world of {world_size}")
@@ -199,6 +200,7 @@ def _collect(busy: list[Worker], timeout: float) -> dict[int, Any]:
             if status == "error":
                 raise RankError(rank, *value)
             results[rank] = value
+            deadline = time.monotonic() + timeout  # the limit is per rank: ranks run one after another
             worker.todo.remove(rank)
             if not worker.todo:
                 waiting.remove(worker)

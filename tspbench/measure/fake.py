@@ -158,7 +158,7 @@ def fake_bench(
     layout: Layout,
     workload: Workload,
     capacity_bytes: int | None = None,
-    timeout: float = 1800.0,
+    timeout: float = 1800.0,  # seconds per rank
     hardware: str | None = None,
     ranks: list[int] | None = None,
     world: FakeWorld | None = None,
