@@ -60,7 +60,8 @@ def memory_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
     worst = ok.loc[err.abs().idxmax()]
     stats = (
         f"{len(ok)} points: median |error| {err.abs().median():.1f}%, worst {err.abs().max():.1f}% "
-        f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])})"
+        f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])}"
+        f"{', recompute ' + worst['recompute'] if ok['recompute'].nunique() > 1 else ''})"
     )
     fig.suptitle(ctx.title(f"Predicted vs {ctx.executed} peak memory per {ctx.noun}\n{stats}", ok))
     return fig

@@ -133,14 +133,11 @@ def context(df: pd.DataFrame) -> Context:
 
 
 def fake_where(df: pd.DataFrame) -> str:
-    """'executed in a fake world (fake cuda on x86_64, 2 cores; fake process group)'."""
-    first = df.iloc[0]
-    host = [
-        first.get("env_device_name"),
-        f"{first['env_cpu_count']} cores" if "env_cpu_count" in df else None,
-    ]
-    where = ", ".join(str(h) for h in host if h is not None and pd.notna(h))
-    return f"executed in a fake world ({where + '; ' if where else ''}fake process group)"
+    """'executed in a fake world (simulated cuda, 2-core host)': short, it goes in every title."""
+    devices = "/".join(sorted(set(df["device"])))
+    cores = df["env_cpu_count"].iloc[0] if "env_cpu_count" in df else None
+    host = f", {int(cores)}-core host" if cores is not None and pd.notna(cores) else ""
+    return f"executed in a fake world (simulated {devices}{host})"
 
 
 def measured_where(df: pd.DataFrame) -> str:
