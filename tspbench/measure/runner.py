@@ -9,6 +9,7 @@ The train step is the same for every strategy:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -71,7 +72,12 @@ class RankRun:
         tokens, targets = make_batch(
             workload.model, layout.dp * workload.batch, workload.seq_len, workload.seed, self.device
         )
-        self.batch: LocalBatch = self.strategy.shard_batch(tokens, targets)
+        local = self.strategy.shard_batch(tokens, targets)
+        # Own copies of this rank's shard: views would keep every rank's copy of the global batch
+        # alive (dp x micro-batch x S token ids and targets; 256 MiB at dp 128 and 128K).
+        self.batch: LocalBatch = dataclasses.replace(
+            local, tokens=local.tokens.clone(), targets=local.targets.clone()
+        )
 
     @property
     def world(self) -> comm.Group:
