@@ -28,6 +28,7 @@ BENCH := $(BIN)/python -m pytest benchmarks -q -p no:cacheprovider --benchmark-e
 
 bench: $(STAMP)
 	$(BENCH) --benchmark-autosave
+	$(BIN)/python benchmarks/overlap_study.py
 
 bench-compare: $(STAMP)
 	$(BENCH) --benchmark-compare --benchmark-compare-fail=median:30%

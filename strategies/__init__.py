@@ -4,4 +4,4 @@ Each module is one plugin: a Strategy subclass decorated with ``@register``. Thi
 packages add more through the ``tspbench.strategies`` entry-point group.
 """
 
-from tspbench.strategies import dp, sp, tp, tp_sp, tsp  # noqa: F401 - imported to register
+from tspbench.strategies import dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp  # noqa: F401 - imported to register

@@ -26,7 +26,7 @@ from __future__ import annotations
 from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
-from tspbench.costs.flops import FlopTerms, block_gemm_flops, zigzag_rectangle
+from tspbench.costs.flops import FlopTerms, ForwardFlops
 from tspbench.costs.memory import ActivationTerms
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
@@ -96,7 +96,7 @@ class FoldedParallel(Strategy):
             backward_work=max(attn_bwd, mlp_bwd),
             fixed_saved=2 * T * (s.q // s.heads) * e + B * T * 8,
             head_saved=2 * stream + 2 * B * T * s.stat + B * T * 8,
-            head_forward_work=in_flight * vocab_shard + 2 * logits,
+            head_forward_work=in_flight * vocab_shard + 3 * logits,  # logits, logits - max, its exp
             head_backward_work=3 * vocab_shard + 2 * logits + stream,
             prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + in_flight * vocab_shard,
         )
@@ -105,17 +105,13 @@ class FoldedParallel(Strategy):
         """Every rank projects its own tokens with every shard (whole widths, local tokens).
         Backward: GEMMs 2x forward, the attention core recomputed then differentiated (1 + 2.5
         forwards), and the LM head's logits recomputed (3x forward instead of 2x)."""
-        s = self.shapes()
-        attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
-        core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
-        head = 2 * s.batch * s.tokens * s.hidden * s.vocab
-        L = s.layers
+        f = ForwardFlops.of(self.shapes())
         if self.workload.mode != "train":
-            return FlopTerms(L * (attn_gemm + mlp_gemm) + head, L * core)
-        gemm, attention = 3 * L * (attn_gemm + mlp_gemm) + 4 * head, 4.5 * L * core
+            return f.prefill()
+        gemm, attention = 3 * f.blocks_gemm + 4 * f.head, 4.5 * f.layers * f.core
         if self.workload.recompute == "full":
-            gemm, attention = gemm + L * (attn_gemm + mlp_gemm), attention + L * core
-        return FlopTerms(gemm, attention)
+            gemm, attention = gemm + f.blocks_gemm, attention + f.layers * f.core
+        return f.terms(gemm, attention)
 
     def traffic(self) -> list[Traffic]:
         """Weights move on channel 1 and hide behind compute; K/V and gradients use channel 0.

@@ -5,10 +5,16 @@ tasks), so a strategy registered in the test process would not reach them. This 
 *installed* distribution (a module plus a ``.dist-info`` with a ``tspbench.strategies`` entry
 point, the same path third-party strategies take) and returns the environment that puts it on
 ``PYTHONPATH``; every process started with that environment (the CLI, its ranks, Slurm jobs)
-sees two extra strategies, both data parallel otherwise:
+sees these extra strategies:
 
-    fault_raise   rank 1 raises RuntimeError("injected fault on rank 1") while building
-    fault_hang    every rank sleeps for an hour while building (for cancel and timeout tests)
+    fault_raise    dp; rank 1 raises RuntimeError("injected fault on rank 1") while building
+    fault_hang     dp; every rank sleeps for an hour while building (for cancel and timeout tests)
+    fault_replica  tsp; after the gradient sync, ranks other than 0 add 1e-2 to their copy of
+                   every (replicated) norm gradient: only rank 0's replica is right
+    fault_channel  tsp; weights move on channel 0 instead of the declared channel 1 (the same
+                   ranks, the same math: only the counted group label differs)
+    fault_reduce   tp_sp; norm gradients are summed over tp instead of sp (a group of the same
+                   size at tp 2 x sp 2), and its Placement says so, so the analytic count agrees
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from pathlib import Path
 
 MODULE = """
 import time
+from dataclasses import replace
 
 from tspbench.strategies.dp import DataParallel
+from tspbench.strategies.tp_sp import TensorSequenceParallel
+from tspbench.strategies.tsp import FoldedParallel
 
 
 class RaisingDP(DataParallel):
@@ -37,11 +46,42 @@ class HangingDP(DataParallel):
     def build(self):
         time.sleep(3600)
         return super().build()
+
+
+class CorruptReplicaTSP(FoldedParallel):
+    name = "fault_replica"
+
+    def sync_grads(self, model):
+        super().sync_grads(model)
+        if self.mesh.rank != 0:
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.grad.add_(1e-2)
+
+
+class SameChannelTSP(FoldedParallel):
+    name = "fault_channel"
+
+    def group(self, *axes, channel=0):
+        return super().group(*axes, channel=0)
+
+
+class WrongAxisTPSP(TensorSequenceParallel):
+    name = "fault_reduce"
+
+    def placement(self, name, shape):
+        placement = super().placement(name, shape)
+        if "norm" not in name:
+            return placement
+        return replace(placement, reduce=tuple("tp" if a == "sp" else a for a in placement.reduce))
 """
 
 ENTRY_POINTS = """[tspbench.strategies]
 fault_raise = tspbench_fault_plugin:RaisingDP
 fault_hang = tspbench_fault_plugin:HangingDP
+fault_replica = tspbench_fault_plugin:CorruptReplicaTSP
+fault_channel = tspbench_fault_plugin:SameChannelTSP
+fault_reduce = tspbench_fault_plugin:WrongAxisTPSP
 """
 
 

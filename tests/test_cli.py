@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+import torch
 
 from tspbench.cli.main import main
 
@@ -82,10 +85,47 @@ def test_unknown_command_exits_2(capsys) -> None:
         (["validate", "--strategy", "no-such-strategy"], "unknown strategy 'no-such-strategy'"),
         (["validate", "--strategy", "dp", "--tp", "2"], "tp=2 must be 1"),
         (["bench", "--strategy", "dp", "--capacity", "lots"], "not a size: 'lots'"),
+        (["bench", "--strategy", "dp", "--capacity", "0"], "--capacity: must be at least 1 byte, got '0'"),
         (["bench", "--strategy", "dp", "--recompute", "most"], "invalid choice: 'most'"),
+        (["bench", "--strategy", "dp", "--warmup", "-3"], "--warmup: must be >= 0, got -3"),
+        (
+            ["bench", "--strategy", "dp", "--timeout", "-5"],
+            "--timeout: must be a finite number of seconds > 0",
+        ),
+        (
+            ["validate", "--strategy", "dp", "--timeout", "nan"],
+            "--timeout: must be a finite number of seconds",
+        ),
+        (
+            ["validate", "--strategy", "dp", "--timeout", "inf"],
+            "--timeout: must be a finite number of seconds",
+        ),
+        (["bench", "--strategy", "dp", "--hardware", "nosuch"], "unknown hardware 'nosuch'"),
+        pytest.param(
+            ["bench", "--strategy", "dp", "--dp", "2", "--device", "cuda"],
+            "device 'cuda': 2 ranks need 2 GPUs, 0 visible here",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this host has GPUs"),
+        ),
     ],
 )
 def test_bad_value_exits_2_naming_the_problem(argv: list[str], problem: str, capsys) -> None:
+    """One line on stderr, exit 2, at once: before any rank starts (a launch costs seconds)."""
+    start = time.perf_counter()
     assert _exit_code(argv) == 2
-    err = capsys.readouterr().err
-    assert problem in err, err
+    assert time.perf_counter() - start < 2.0
+    out, err = capsys.readouterr()
+    assert problem in err and len(err.strip().splitlines()) == 1 and out == "", err
+
+
+def test_results_or_output_path_that_is_a_file_exits_2(tmp_path, capsys) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    experiment = str(Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml")
+    for argv, problem in (
+        (["run", experiment, "--results", str(a_file)], f"--results {a_file}: is a file, expected a folder"),
+        (["run", experiment, "--results", str(a_file / "sub")], f"{a_file} is a file, not a folder"),
+        (["calibrate", "--out", str(tmp_path)], f"--out {tmp_path}: is a folder, expected a file"),
+    ):
+        assert _exit_code(argv) == 2
+        err = capsys.readouterr().err
+        assert problem in err and len(err.strip().splitlines()) == 1, err

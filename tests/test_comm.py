@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from tspbench.dist import comm
-from tspbench.dist.comm import CommRecord
+from tspbench.dist.comm import CommRecord, summarize
 from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
 
@@ -247,7 +247,7 @@ def test_primitive_is_counted(worlds, n: int, name: str, async_op: bool) -> None
     op, msg_bytes, bus_factor = _expected_record(name, n)
     for r, out in enumerate(worlds(n)):
         records = out["primitives"][name, async_op][2]
-        assert records == [CommRecord(op, "forward", n, msg_bytes)], f"rank {r}"
+        assert records == [CommRecord(op, "forward", n, msg_bytes, group="world")], f"rank {r}"
         assert records[0].bus_bytes == pytest.approx(bus_factor * msg_bytes)
 
 
@@ -316,8 +316,8 @@ def test_autograd_pair_forward_and_backward(worlds, n: int, name: str) -> None:
 @pytest.mark.parametrize("n", SIZES)
 def test_autograd_pair_is_counted_in_its_phase(worlds, n: int, name: str) -> None:
     forward, backward = PAIRS[name]
-    expected_fwd = [CommRecord(forward[0], "forward", n, forward[1](n))] if forward else []
-    expected_bwd = [CommRecord(backward[0], "backward", n, backward[1](n))] if backward else []
+    expected_fwd = [CommRecord(forward[0], "forward", n, forward[1](n), group="world")] if forward else []
+    expected_bwd = [CommRecord(backward[0], "backward", n, backward[1](n), group="world")] if backward else []
     for r, out in enumerate(worlds(n)):
         _, _, fwd, bwd = out["autograd"][name]
         assert fwd == expected_fwd, f"rank {r}"
@@ -428,3 +428,12 @@ def test_mesh_groups_communicate_within_their_ranks(worlds) -> None:
         other = dp_partners[0] if r == dp_partners[1] else dp_partners[1]
         torch.testing.assert_close(m["dp_ring_shift"], _x(other, 32, SHAPE))
         torch.testing.assert_close(m["tp_all_gather"], torch.stack([_x(p, 33, SHAPE) for p in tp_partners]))
+
+
+def test_counts_compare_by_group_and_channel() -> None:
+    """Two counts agree only on the same group: the same size over other axes, or the same ranks
+    on another channel, is a different collective."""
+    sp, tp = (CommRecord("all_reduce", "optimizer", 2, 64, group=g) for g in ("dp+sp", "dp+tp"))
+    weights, kv = (CommRecord("broadcast", "forward", 4, 64, 3, group=g) for g in ("tsp#1", "tsp"))
+    assert summarize([sp]) != summarize([tp]) and summarize([weights]) != summarize([kv])
+    assert summarize([weights, weights]) == {("broadcast", "forward", "tsp#1", 4): (6, 384)}

@@ -14,6 +14,7 @@ import yaml
 
 from tspbench.cli.main import main
 from tspbench.core.errors import ExperimentError
+from tspbench.strategy import available
 from tspbench.sweep.cluster import load_profile, profile_names
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.points import expand
@@ -80,7 +81,7 @@ def test_every_experiment_loads_and_expands(path: Path) -> None:
 
 def test_shipped_experiments_cover_the_studies() -> None:
     quick, _ = expand(load_experiment(REPO / "experiments" / "quickstart.yaml"))
-    assert {p.layout.strategy for p in quick} == {"dp", "tp", "sp", "tp_sp", "tsp"}
+    assert {p.layout.strategy for p in quick} == set(available())  # every strategy
     assert {p.world_size for p in quick} == {4}
     assert all(p.config["workload"]["device"] == "cpu" for p in quick)
     scaling, _ = expand(load_experiment(REPO / "experiments" / "paper_scaling.yaml"))
@@ -89,6 +90,9 @@ def test_shipped_experiments_cover_the_studies() -> None:
     memory, _ = expand(load_experiment(REPO / "experiments" / "paper_memory.yaml"))
     assert {p.config["workload"]["recompute"] for p in memory} == {"none", "selective", "full"}
     assert {p.config["workload"]["seq_len"] for p in memory} == {16384, 32768, 65536, 131072}
+    assert {p.layout.describe() for p in memory} >= {"tsp(tsp8)", "fsdp_sp(sp8)"}  # side by side
+    throughput, _ = expand(load_experiment(REPO / "experiments" / "paper_throughput.yaml"))
+    assert {p.layout.sp for p in throughput if p.layout.strategy == "fsdp_sp"} == {2, 4, 8}
 
 
 def test_every_cluster_profile_loads() -> None:
@@ -141,7 +145,8 @@ def test_unknown_strategy_lists_the_known_ones(tmp_path: Path, capsys) -> None:
     data = yaml.safe_load(yaml.safe_dump(TINY))
     data["sweep"]["zip"][0]["layout"][2]["strategy"] = "tps"
     err = one_line_error(capsys, str(write(tmp_path, data)))
-    assert "sweep.zip[0].layout[2].strategy" in err and "'tps' is not one of: dp, sp, tp, tp_sp, tsp" in err
+    assert "sweep.zip[0].layout[2].strategy" in err
+    assert "'tps' is not one of: dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp" in err
 
 
 def test_missing_file(tmp_path: Path, capsys) -> None:
@@ -154,7 +159,7 @@ def test_missing_file(tmp_path: Path, capsys) -> None:
     [
         ({"model": {"preset": "huge"}}, "model.preset: 'huge' is not one of: 1b, 7b, small, tiny, tiny-gqa"),
         ({"settings": {"batch": "two"}}, "settings.batch: expected an integer, got str 'two'"),
-        ({"settings": {"capacity": "lots"}}, "settings.capacity: not a size: 'lots'"),
+        ({"settings": {"capacity": "lots"}}, "settings.capacity: not a size of at least 1 byte: 'lots'"),
         ({"run": {"steps": 0}}, "run.steps: must be >= 1, got 0"),
         ({"executor": "cloud"}, "executor: 'cloud' is not one of: local, slurm, predict"),
         ({"sweep": {"grid": {"seq_len": []}}}, "sweep.grid.seq_len: expected a non-empty list"),
@@ -162,6 +167,13 @@ def test_missing_file(tmp_path: Path, capsys) -> None:
         ({"sweep": {"zip": [{"seq_len": [256], "batch": [1, 2]}]}}, "sweep.zip[0].batch: zip lists"),
         ({"sweep": {"grid": {"seq_len": [256]}, "zip": [{"seq_len": [512]}]}}, "already swept by"),
         ({"name": "a b"}, "name: 'a b' must be a folder name"),
+        ({"settings": {"capacity": -5}}, "settings.capacity: not a size of at least 1 byte: -5"),
+        (
+            {"sweep": {"grid": {"capacity": ["1MiB", 0]}}},
+            "sweep.grid.capacity[1]: not a size of at least 1 byte",
+        ),
+        ({"run": {"timeout": float("nan")}}, "run.timeout: must be a finite number, got nan"),
+        ({"run": {"warmup": -3}}, "run.warmup: must be >= 0, got -3"),
     ],
 )
 def test_bad_values_are_one_line(tmp_path: Path, capsys, change: dict, expected: str) -> None:
@@ -182,7 +194,7 @@ def test_set_overrides_any_value(tmp_path: Path, capsys) -> None:
     )
     assert code == 0, out
     lines = table_rows(out)
-    assert [(ln[1], ln[3], ln[8]) for ln in lines] == [
+    assert [(ln[1], ln[3], ln[9]) for ln in lines] == [
         ("dp", "1", "1024"),
         ("tp", "4", "1024"),
         ("tsp", "1", "1024"),
@@ -211,6 +223,14 @@ def test_executor_and_cluster_errors(tmp_path: Path, capsys) -> None:
     assert "needs a hardware profile" in one_line_error(capsys, path, "--executor", "predict")
     err = one_line_error(capsys, path, "--executor", "predict", "--set", "hardware=nosuch")
     assert "hardware 'nosuch'" in err and "known:" in err, err
+    err = one_line_error(capsys, path, "--executor", "local", "--cluster", "local")
+    assert "--cluster local: a cluster profile is for the slurm executor, not --executor local" in err
+
+
+def test_cluster_implies_the_slurm_executor(tmp_path: Path, capsys) -> None:
+    code, out, err = run_cli(capsys, str(write(tmp_path, TINY)), "--cluster", "local")
+    assert code == 0, err
+    assert "executor slurm, cluster local (2 per node)" in out
 
 
 def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
@@ -218,7 +238,7 @@ def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
     assert code == 0
     rows = table_rows(out)
     assert len(rows) == 32
-    world, nodes = zip(*[(int(r[6]), int(r[7])) for r in rows], strict=True)
+    world, nodes = zip(*[(int(r[7]), int(r[8])) for r in rows], strict=True)
     assert (
         max(world) == 1024
         and max(nodes) == 128

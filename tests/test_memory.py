@@ -40,6 +40,43 @@ def test_allocations_views_and_in_place_ops() -> None:
     assert t.report().peak_bytes == 8000
 
 
+def test_storage_resize_frees_and_reallocates() -> None:
+    """FSDP2 frees gathered weights with storage.resize_(0) and re-allocates them the same way,
+    outside the dispatcher; the tracker must see both."""
+    original = torch.UntypedStorage.resize_
+    with MemoryTracker() as t:
+        a = torch.empty(1000)  # 4000 B                                   live 4000
+        a.untyped_storage().resize_(0)  #                                 live 0
+        assert t.live == 0
+        a.untyped_storage().resize_(6000)  #                              live 6000  <- peak
+        assert t.live == 6000
+        a.untyped_storage().resize_(2000)  # shrinks in place of the old    live 2000
+        assert t.live == 2000
+        del a  #                                                          live 0
+    assert (t.live, t.peak) == (0, 6000)
+    assert torch.UntypedStorage.resize_ is original  # put back on exit
+
+
+def _dtensor_bytes() -> tuple[int, dict[str, int]]:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = DeviceMesh("cpu", [0])
+    param = nn.Parameter(DTensor.from_local(torch.zeros(250), mesh, [Shard(0)]))  # 1000 B local
+    with MemoryTracker() as t:
+        t.register([param], "parameters")
+        doubled = param * 2  # a DTensor op: its local result is 1000 B more
+        del doubled
+    return t.peak, persistent_bytes(nn.ParameterList([param]), None)
+
+
+def test_dtensor_counts_its_local_storage() -> None:
+    from tspbench.dist.launch import launch
+
+    peak, state = launch(_dtensor_bytes, 1)[0]
+    assert peak == 2000 and state["parameters"] == 1000
+
+
 def test_registered_tensors_count_once() -> None:
     x = torch.empty(256)  # 1024 B, exists before the tracker
     t = MemoryTracker()
@@ -211,3 +248,62 @@ def test_tracker_overhead_on_a_tiny_training_step() -> None:
         f"\nMemoryTracker overhead, tiny step (seq 128, 2 seqs, 1 thread): {tracked_ms / plain_ms:.2f}x "
         f"(median {plain_ms:.1f} ms -> {tracked_ms:.1f} ms)"
     )
+
+
+def test_a_storage_reallocated_in_place_is_counted_at_its_new_size() -> None:
+    with MemoryTracker() as t:
+        x = torch.empty(10)  #                                   40 B
+        x.resize_(1000)  # the same storage, reallocated:       4000 B (not 4040)
+        assert t.live == 4000
+        out = torch.empty(0)
+        torch.mm(torch.ones(4, 4), torch.ones(4, 4), out=out)  # out= grows it to 64 B
+        assert t.live == 4064
+        x.resize_(10)  # shrinking keeps the allocation
+        del x
+        assert t.live == 64
+        del out
+    assert t.live == 0
+    assert t.peak == 4000 + 64 + 64 + 64  # x, out and the two ones() while mm ran
+
+
+def test_storages_made_in_another_thread_are_not_seen() -> None:
+    """A documented limit (the dispatch mode is per thread); tspbench's steps allocate in one."""
+    import threading
+
+    held = []
+    with MemoryTracker() as t:
+        worker = threading.Thread(target=lambda: held.append(torch.empty(1000)))
+        worker.start()
+        worker.join()
+        assert t.live == 0 and held[0].numel() == 1000
+
+
+def test_bench_records_the_spread_of_per_step_peaks() -> None:
+    """Per tracked step the max over ranks; the record's peak is the median step's (its breakdown
+    too), with min, max and every step's peak beside it."""
+    from tspbench.core.spec import Layout
+    from tspbench.measure.bench import measurement_record
+    from tspbench.measure.tracker import MemoryReport
+
+    def rank(r: int, peaks: list[int]) -> dict:
+        memory = [MemoryReport(p, {"other": p}, phase=f"step{i}") for i, p in enumerate(peaks)]
+        state = {"parameters": 1, "gradients": 1, "optimizer": 2}
+        return {"rank": r, "times": [1.0], "loss": 0.5, "comm": [], "memory": memory, "state": state,
+                "flops": 1, "first_tracked_step": 3}  # fmt: skip
+
+    ranks = [rank(0, [100, 130, 110]), rank(1, [120, 90, 105])]  # per step, max over ranks: 120 130 110
+    workload = Workload(ModelConfig.preset("tiny"), seq_len=128)
+    record = measurement_record(Layout("dp", dp=2), workload, ranks)
+    assert record["peak_memory_step_bytes"] == [120, 130, 110]
+    assert (
+        record["peak_memory_min_bytes"],
+        record["peak_memory_bytes"],
+        record["peak_memory_max_bytes"],
+    ) == (
+        110,
+        120,
+        130,
+    )
+    assert record["peak_memory_phase"] == "step0" and record["peak_memory_other_bytes"] == 120
+    assert record["peak_memory_bytes_per_rank"] == [100, 120] and record["peak_memory_rank"] == 1
+    assert record["peak_memory_first_tracked_step"] == 3

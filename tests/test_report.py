@@ -39,7 +39,8 @@ LAYOUTS = {
 }
 PREDICTED_OOM = {("dp", 2048): 420 * MiB, ("dp", 4096): 900 * MiB}  # 900 MiB: over 2x capacity, clipped
 FAILED = {("tp", 4096)}
-MEASURED_FIGURES = {"memory_vs_seq", "throughput_vs_seq", "memory_parity", "comm_by_op", "memory_breakdown"}
+MEASURED_FIGURES = {"memory_vs_seq", "throughput_vs_seq", "memory_parity", "time_parity", "comm_by_op",
+                    "memory_breakdown"}  # fmt: skip
 
 
 def point(experiment: str, index: int, strategy: str, seq: int) -> dict:
@@ -95,6 +96,7 @@ def record(strategy: str, seq: int, k: int) -> tuple[str, dict]:
     return "completed", {
         **base,
         "step_time_s": 1.0 + k,
+        "predicted_step_time_s": (1.0 + k) * (1 + 0.05 * (k - 2)),
         "tokens_per_s_per_gpu": seq / (1.0 + k) / 4,
         "tflops_per_gpu": 0.01 * (k + 1),
         "peak_memory_bytes": peak,
@@ -133,7 +135,8 @@ def test_summary_table_has_columns_rows_and_order(measured: tuple[Path, object])
     table = pd.read_csv(out.out_dir / "summary.csv")
     expected = ["strategy", "degrees", "world_size", "seq_len", "batch", "mode", "recompute", "status",
                 "source", "peak measured (MiB)", "peak predicted (MiB)", "prediction error (%)",
-                "tokens/s per rank", "TFLOP/s per rank", "comm per step (MiB)"]  # fmt: skip
+                "step measured (ms)", "step predicted (ms)", "step error (%)", "tokens/s per rank",
+                "TFLOP/s per rank", "comm per step (MiB)"]  # fmt: skip
     assert list(table.columns) == expected  # no MFU: measured records have none
     assert len(table) == len(LAYOUTS) * len(SEQS)
     assert list(dict.fromkeys(table["strategy"])) == ["dp", "tp", "tp_sp", "tsp", "ring9"]

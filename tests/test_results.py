@@ -10,6 +10,8 @@ import io
 import json
 import multiprocessing as mp
 import os
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -17,12 +19,13 @@ import pytest
 import yaml
 
 from tspbench.core.names import FINAL_STATUSES
+from tspbench.sweep.damage import DamagedResults
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.local import run_local
 from tspbench.sweep.points import Point, expand
 from tspbench.sweep.progress import Progress
 from tspbench.sweep.run import select
-from tspbench.sweep.store import Store, load, read_json, status_table, write_atomic, write_tables
+from tspbench.sweep.store import Store, load, locked, read_json, status_table, write_atomic, write_tables
 
 EXPERIMENT = {
     "name": "store",
@@ -84,7 +87,7 @@ def test_store_layout_and_status_moves(points: list[Point], tmp_path: Path) -> N
     p = points[0]
     store.prepare(p.to_json())
     run = store.run_dir(p.run_id)
-    assert sorted(x.name for x in run.iterdir()) == ["logs", "point.json", "status.json"]
+    assert sorted(x.name for x in run.iterdir()) == [".lock", "logs", "point.json", "status.json"]
     assert read_json(run / "point.json")["config"] == p.config
     assert store.status(p.run_id)["status"] == "pending" and store.status(p.run_id)["attempt"] == 0
     assert store.start(p.run_id) == 1 and store.state(p.run_id) == "running"
@@ -192,4 +195,106 @@ def test_concurrent_writers_never_clobber(points: list[Point], tmp_path: Path) -
     assert len(winners) == 1  # exactly one writer recorded the outcome ...
     assert read_json(store.run_dir(rid) / "result.json")["writer"] == winners[0]  # ... and it stayed
     assert store.state(rid) in FINAL_STATUSES
-    assert not list(store.run_dir(rid).glob(".*tmp")) and not (store.run_dir(rid) / ".lock").exists()
+    assert not list(store.run_dir(rid).glob(".*tmp"))  # no torn write left behind
+
+
+def _hold_lock_and_die(folder: str, held: mp.Event) -> None:
+    with locked(Path(folder)):
+        held.set()
+        os.kill(os.getpid(), signal.SIGKILL)  # killed inside the read-modify-write
+
+
+def test_a_writer_killed_holding_the_lock_never_blocks_the_next(tmp_path: Path) -> None:
+    ctx = mp.get_context("fork")
+    held = ctx.Event()
+    child = ctx.Process(target=_hold_lock_and_die, args=(str(tmp_path), held))
+    child.start()
+    child.join(timeout=30)
+    assert held.is_set() and child.exitcode == -signal.SIGKILL
+    start = time.monotonic()
+    with locked(tmp_path, timeout=5.0):
+        waited = time.monotonic() - start
+    assert waited < 1.0  # taken at once: no stale-lock timeout to sit out
+
+
+def test_damaged_files_are_named_listed_and_moved_aside_before_a_rerun(
+    points: list[Point], tmp_path: Path
+) -> None:
+    store = Store(tmp_path / "results" / "store")
+    sweep(points, store, Fake())
+    runs = [store.run_dir(p.run_id) for p in points]
+    damage = {
+        runs[0] / "point.json": "{not json",
+        runs[1] / "point.json": "[1, 2, 3]",  # valid JSON, wrong shape
+        runs[2] / "status.json": '{"status": "done"}',
+        runs[3] / "result.json": "",
+    }
+    for path, text in damage.items():
+        path.write_text(text)
+    with pytest.raises(DamagedResults, match=r"\.json: not (valid JSON|a ).*\(and 3 more\)"):
+        load(store.root)  # report: refuses, naming the first
+    damaged: list = []
+    table = status_table(store.root, damaged)  # status: lists them
+    assert list(table["status"]) == ["corrupt"] * 4
+    problems = {p.split(": ")[0]: p for d in damaged for p in d.problems}
+    assert set(problems) == {str(path) for path in damage}
+    paths = list(map(str, damage))
+    assert "not valid JSON" in problems[paths[0]] and "not a point" in problems[paths[1]]
+    assert "not a status" in problems[paths[2]] and "not valid JSON" in problems[paths[3]]
+
+    notes: list[str] = []
+    fake = Fake()
+    todo = select(points, store, False, notes)  # run: not done, says so, keeps the old files
+    assert [p.run_id for p in todo] == [p.run_id for p in points]
+    assert len(notes) == 4 and all("moved to corrupt-" in n and "runs again" in n for n in notes)
+    for path, text in damage.items():
+        (kept,) = path.parent.glob(f"corrupt-*/{path.name}")
+        assert kept.read_text() == text
+    run_local(todo, store, fake, "fake", Progress(len(todo), io.StringIO()))
+    assert len(fake.calls) == 4 and list(load(store.root)["status"]) == ["completed"] * 4
+
+
+def test_files_get_the_mode_open_gives_them(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    sweep(points[:1], store, Fake())
+    write_tables(store.root)
+    (tmp_path / "plain").write_text("")
+    mode = (tmp_path / "plain").stat().st_mode & 0o777  # 0644 under the usual umask
+    files = [*store.root.glob("*/*.json"), store.root / "records.csv", store.root / "records.parquet"]
+    assert {f.stat().st_mode & 0o777 for f in files} == {mode}
+
+
+def _tables(root: str, n: int) -> None:
+    for _ in range(n):
+        write_tables(root)
+
+
+def test_tables_can_be_rewritten_by_several_processes_at_once(points: list[Point], tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    sweep(points, store, Fake())
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_tables, args=(str(store.root), 10)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * 4  # no writer lost its temporary file to another
+    assert len(pd.read_parquet(store.root / "records.parquet")) == 4 and not list(store.root.glob(".*tmp"))
+
+
+def test_status_and_report_name_a_damaged_file_and_exit_2(
+    points: list[Point], tmp_path: Path, capsys
+) -> None:
+    from tspbench.cli.main import main
+
+    store = Store(tmp_path / "store")
+    sweep(points, store, Fake())
+    bad = store.run_dir(points[1].run_id) / "point.json"
+    bad.write_text("[1, 2, 3]")  # once a TypeError traceback in status
+    assert main(["status", str(store.root)]) == 2
+    out, err = capsys.readouterr()
+    assert f"corrupt: {bad}: not a point" in err and len(err.strip().splitlines()) == 1, err
+    assert "4 points: 3 completed, 1 corrupt" in out
+    assert main(["report", str(store.root), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: not a point" in err and len(err.strip().splitlines()) == 1, err

@@ -141,17 +141,57 @@ def test_killed_sweep_resumes_without_redoing_completed_points(tmp_path: Path, e
 # The real cluster runs in test_slurm_sweep.py; these pin the state handling without one.
 
 SACCT = "100_0|COMPLETED\n100_[1-2%2]|PENDING\n101|CANCELLED by 0\n102|OUT_OF_MEMORY\n103|TIMEOUT\n"
-SQUEUE = "100_1 RUNNING\n100_2 PENDING\n"
+SQUEUE = "100_1 RUNNING None\n100_2 PENDING Resources\n104 PENDING PartitionNodeLimit\n"
 
 
 def test_job_states_from_sacct_and_squeue(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slurm, "_run", lambda cmd: SACCT if cmd[0] == "sacct" else SQUEUE)
-    states, answered = slurm.job_states({"100_0", "100_1", "101"})
+    states, reasons, answered = slurm.job_states({"100_0", "100_1", "101"})
     assert answered
     assert states == {"100_0": "COMPLETED", "100_1": "RUNNING", "100_2": "PENDING", "101": "CANCELLED",
-                      "102": "OUT_OF_MEMORY", "103": "TIMEOUT"}  # fmt: skip
+                      "102": "OUT_OF_MEMORY", "103": "TIMEOUT", "104": "PENDING"}  # fmt: skip
+    assert reasons == {"100_1": "None", "100_2": "Resources", "104": "PartitionNodeLimit"}
     monkeypatch.setattr(slurm, "_run", lambda cmd: None)  # both timed out or failed
-    assert slurm.job_states({"100_0"}) == ({}, False)
+    assert slurm.job_states({"100_0"}) == ({}, {}, False)
+
+
+def test_pending_reasons_that_never_clear() -> None:
+    never = ["PartitionNodeLimit", "(PartitionTimeLimit)", "BadConstraints", "QOSMaxNodePerJobLimit",
+             "AssocMaxWallDurationPerJobLimit", "DependencyNeverSatisfied"]  # fmt: skip
+    waits = ["Resources", "Priority", "Dependency", "QOSMaxJobsPerUserLimit", "AssocGrpGRES", "BeginTime", ""]
+    assert all(slurm.never_starts(r) for r in never)
+    assert not any(slurm.never_starts(r) for r in waits)
+
+
+def test_a_job_that_can_never_start_is_cancelled_and_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    point = expand(load_experiment(experiment(tmp_path, "never", [{"strategy": "dp", "dp": 2}])))[0][0]
+    store = Store(tmp_path / "store")
+    store.prepare(point.to_json())
+    calls: list[list[str]] = []
+    monkeypatch.setattr(slurm, "_run", lambda cmd: calls.append(cmd) or "")
+    assert slurm._conclude(store, point.run_id, "9_1", "PENDING", True, {}, "Resources") is None  # waits
+    assert calls == []
+    assert slurm._conclude(store, point.run_id, "9_1", "PENDING", True, {}, "PartitionNodeLimit") == "failed"
+    assert calls == [["scancel", "9_1"]]
+    assert "can never start: pending (PartitionNodeLimit)" in store.status(point.run_id)["error"]
+
+
+def test_a_world_larger_than_the_cluster_is_refused_before_submitting(tmp_path: Path) -> None:
+    """slurm/local.yaml: 2 nodes x 2 ranks; a world of 8 would pend forever. (No cluster runs
+    here, so sinfo does not answer and the profile's nodes decide.)"""
+    path = experiment(tmp_path, "big", [{"strategy": "dp", "dp": 2}, {"strategy": "dp", "dp": 8}])
+    for extra in (["--dry-run"], []):
+        t0 = time.monotonic()
+        done = tspbench(dict(os.environ), "run", str(path), "--cluster", "local", *extra)
+        assert done.returncode == 2 and time.monotonic() - t0 < 30, done.stdout + done.stderr
+        assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert (
+            "needs 8 ranks = 4 nodes of 2" in done.stderr
+            and "(nodes: 2) allows 2 nodes (4 ranks)" in done.stderr
+        )
+    assert not (Path.cwd() / "results" / "big").exists()
 
 
 def test_ended_jobs_without_a_record_get_a_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,3 +251,70 @@ def test_preempted_task_goes_back_to_pending_and_resubmits_itself(tmp_path: Path
     status = store.status(point.run_id)
     assert status["status"] == "pending" and status["error"] == "preempted; requeued"
     assert store.start(point.run_id) == 2  # the requeued job's attempt
+
+
+# ----------------------------------------------------------------------------- killed, interrupted, piped
+
+
+def _session(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (the sweep, its forkserver, resource tracker and ranks)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _start_hanging_sweep(tmp_path: Path, env: dict) -> tuple[subprocess.Popen, Path]:
+    path = experiment(tmp_path, "hang", [{"strategy": "fault_hang", "dp": 2}])
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "tspbench", "run", str(path), "--results", str(results)]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(_session(proc.pid)) < 4:  # the sweep, the forkserver and both ranks (hanging)
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    return proc, results
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_ranks_die_with_a_sweep_killed_by_sigkill(tmp_path: Path, env: dict) -> None:
+    proc, _ = _start_hanging_sweep(tmp_path, env)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)  # the sweep alone, not its session
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _session(proc.pid) == []  # ranks, forkserver and resource tracker all gone
+    finally:
+        for pid in _session(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_prints_the_whole_command_that_resumes(tmp_path: Path, env: dict) -> None:
+    proc, results = _start_hanging_sweep(tmp_path, env)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if _session(proc.pid) else None
+    assert proc.returncode == 130
+    assert f"hang.yaml --results {results}` resumes where it stopped" in err, err
+    assert list(load(results / "hang")["status"]) == ["pending"]
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_sweep(tmp_path: Path, env: dict) -> None:
+    path = experiment(tmp_path, "piped", [{"strategy": "dp", "dp": 2}, {"strategy": "tp", "tp": 2}])
+    results = tmp_path / "results"
+    line = f"{sys.executable} -m tspbench run {path} --results {results} | head -1; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0 and "Error" not in done.stderr, done.stderr
+    assert len(done.stdout.splitlines()) == 1
+    assert list(load(results / "piped")["status"]) == ["completed", "completed"]

@@ -1,43 +1,112 @@
-"""Hardware profiles: the numbers the time and fit models need, as YAML data with sources.
+"""Hardware profiles: the numbers the time and fit models need, as YAML data with provenance.
 
-Shipped in tspbench/analytic/profiles/ (mi300x, h100, h200, a100, and cpu measured on this kind of host).
-A profile is found by name there, in directories listed in TSPBENCH_HARDWARE_PATH, or given as
-a path to a .yaml file (``tspbench calibrate --out`` writes one).
+Shipped in tspbench/analytic/profiles/ (mi300x, h100, h200, a100, and cpu measured on this kind
+of host by ``tspbench calibrate``). A profile is found by name there, in directories listed in
+TSPBENCH_HARDWARE_PATH, or given as a path to a .yaml file (``tspbench calibrate --out`` writes
+one). Every figure says where it comes from in ``provenance``: ``datasheet``, ``assumed``, or
+``measured: <how>``; a field missing from it is reported as ``unstated``.
+
+Compute rates are per rank on its own device. Where ranks share a device (CPU ranks sharing a
+host's cores: ``cores_per_node``), each rank gets ``share(ranks on the node)`` of it: the measured
+``contention`` table when it has an entry, else cores / ranks. Collectives use the measured
+``collectives`` entry for their op and group size when there is one, else the intra- or
+inter-node link figures.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from tspbench.core.errors import HardwareError
 
 SHIPPED = Path(__file__).parent / "profiles"
+RATES = (
+    "peak_tflops", "gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",
+    "intra_node_bandwidth_gbs", "intra_node_latency_us", "inter_node_bandwidth_gbs", "inter_node_latency_us",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A measured collective: ``op`` over groups of ``group_size`` in a world of ``world_size``."""
+
+    op: str
+    group_size: int
+    world_size: int
+    latency_us: float
+    bandwidth_gbs: float  # bus bandwidth (nccl-tests convention), large messages
 
 
 @dataclass(frozen=True)
 class Hardware:
     name: str
-    gpus_per_node: int
+    gpus_per_node: int  # ranks per node (GPUs; on a CPU host, the ranks it runs)
     memory_bytes: int
     peak_tflops: float  # dense, in the benchmark's dtype (bf16 on GPUs), for MFU
-    gemm_tflops: float  # achievable on large GEMMs
-    attention_tflops: float  # achievable on causal flash attention
-    hbm_bandwidth_gbs: float
+    gemm_tflops: float  # achievable on the step's GEMMs, per rank
+    attention_tflops: float  # flash attention of a query chunk against a key prefix (dense rectangle counted)
+    hbm_bandwidth_gbs: float  # element-wise ops (norms, RoPE, activations, optimizer), per rank
     intra_node_bandwidth_gbs: float  # bus bandwidth of a collective inside a node
     intra_node_latency_us: float
     inter_node_bandwidth_gbs: float  # per GPU, across nodes
     inter_node_latency_us: float
+    attention_causal_tflops: float = 0.0  # square causal calls, counted as the dense square; 0: 2x attention
+    attention_causal_by_size: dict[int, float] = field(default_factory=dict)  # square side -> rate
     usable_memory_fraction: float = 0.95
+    cores_per_node: int | None = None  # ranks on a node share this many cores (CPU); None: own device
+    contention: dict[int, float] = field(default_factory=dict)  # ranks on a node -> each rank's share
+    collectives: list[Collective] = field(default_factory=list)
+    overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
     description: str = ""
     sources: list[str] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
 
     @property
     def usable_bytes(self) -> int:
         return int(self.memory_bytes * self.usable_memory_fraction)
+
+    def causal_tflops(self, side: int = 0) -> float:
+        """Square causal calls of ``side`` tokens: a flash kernel skips the masked half of the
+        dense square it is counted as (so by default twice the rectangle rate), less well on
+        small squares: the measured table, interpolated in log(side), when there is one."""
+        table = sorted(self.attention_causal_by_size.items())
+        if not table or side <= 0:
+            return self.attention_causal_tflops or 2 * self.attention_tflops
+        if side <= table[0][0]:
+            return table[0][1]
+        for (s0, r0), (s1, r1) in itertools.pairwise(table):
+            if side <= s1:
+                w = math.log(side / s0) / math.log(s1 / s0)
+                return r0 + w * (r1 - r0)
+        return table[-1][1]
+
+    def share(self, ranks_on_node: int) -> float:
+        """The fraction of its device one rank gets when ``ranks_on_node`` ranks run on a node."""
+        if self.cores_per_node is None:
+            return 1.0
+        if ranks_on_node in self.contention:
+            return self.contention[ranks_on_node]
+        return min(1.0, self.cores_per_node / ranks_on_node)
+
+    def link(self, op: str, group_size: int, world_size: int, inter_node: bool) -> tuple[float, float]:
+        """(latency in s, bus bandwidth in bytes/s) of ``op`` over a group of ``group_size``."""
+        measured = [c for c in self.collectives if c.op == op and c.group_size == group_size]
+        if measured and not inter_node:
+            best = min(measured, key=lambda c: (abs(c.world_size - world_size), c.world_size))
+            return best.latency_us * 1e-6, best.bandwidth_gbs * 1e9
+        if inter_node:
+            return self.inter_node_latency_us * 1e-6, self.inter_node_bandwidth_gbs * 1e9
+        return self.intra_node_latency_us * 1e-6, self.intra_node_bandwidth_gbs * 1e9
+
+    def source_of(self, key: str) -> str:
+        return self.provenance.get(key, "unstated")
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -53,8 +122,8 @@ def available_hardware() -> list[str]:
     return sorted(names)
 
 
-def load_hardware(name_or_path: str) -> Hardware:
-    """A profile by name or path; a clear error naming the file and key when it is malformed."""
+def find_profile(name_or_path: str) -> Path:
+    """The profile file of a name (shipped or on TSPBENCH_HARDWARE_PATH) or a .yaml path."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         found = [d / f"{name_or_path}.yaml" for d in search_path() if (d / f"{name_or_path}.yaml").exists()]
@@ -65,14 +134,78 @@ def load_hardware(name_or_path: str) -> Hardware:
             )
         path = found[0]
     if not path.exists():
-        raise FileNotFoundError(f"hardware profile {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
-    known = {f.name for f in fields(Hardware)}
-    unknown = sorted(set(data) - known)
+        raise HardwareError(f"hardware profile {path} does not exist")
+    return path
+
+
+def load_hardware(name_or_path: str) -> Hardware:
+    """A profile by name or path; one line naming the file and key when it is malformed."""
+    path = find_profile(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise HardwareError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise HardwareError(f"{path}: expected a mapping of profile keys")
+    try:
+        return _hardware(data)
+    except _BadField as exc:
+        raise HardwareError(f"{path}: {exc}") from None
+
+
+class _BadField(ValueError):
+    pass
+
+
+def _hardware(data: dict[str, Any]) -> Hardware:
+    known = {f.name: f for f in fields(Hardware)}
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise HardwareError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    required = [f.name for f in fields(Hardware) if f.default is MISSING and f.default_factory is MISSING]
-    missing = [name for name in required if name not in data]
+        raise _BadField(f"unknown key(s) {unknown}; allowed: {sorted(known)}")
+    missing = [
+        n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in data
+    ]
     if missing:
-        raise HardwareError(f"{path}: missing key(s) {missing}")
-    return Hardware(**data)
+        raise _BadField(f"missing key(s) {missing}")
+    values = dict(data)
+    for key in (*RATES, "memory_bytes", "usable_memory_fraction", "overlap_efficiency"):
+        if key in values:
+            values[key] = _number(
+                key, values[key], positive=key not in ("attention_causal_tflops", "overlap_efficiency")
+            )
+    for key in ("gpus_per_node", "cores_per_node"):
+        if values.get(key) is not None:
+            values[key] = int(_number(key, values[key], positive=True))
+    for key in ("usable_memory_fraction", "overlap_efficiency"):
+        if key in values and values[key] > 1:
+            raise _BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
+    values["contention"] = {
+        int(_number("contention key", r, positive=True)): _number(f"contention.{r}", s, positive=True)
+        for r, s in (values.get("contention") or {}).items()
+    }
+    values["collectives"] = [_collective(i, c) for i, c in enumerate(values.get("collectives") or [])]
+    values["attention_causal_by_size"] = {
+        int(_number("attention_causal_by_size key", k, positive=True)): _number(
+            f"attention_causal_by_size.{k}", v, positive=True
+        )
+        for k, v in (values.get("attention_causal_by_size") or {}).items()
+    }
+    values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
+    return Hardware(**values)
+
+
+def _number(key: str, value: Any, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _BadField(f"{key}: expected a number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise _BadField(f"{key}: must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return value
+
+
+def _collective(index: int, entry: Any) -> Collective:
+    where = f"collectives[{index}]"
+    if not isinstance(entry, dict) or set(entry) != {f.name for f in fields(Collective)}:
+        raise _BadField(f"{where}: expected keys {[f.name for f in fields(Collective)]}, got {entry!r}")
+    numbers = {k: _number(f"{where}.{k}", v, positive=True) for k, v in entry.items() if k != "op"}
+    return Collective(str(entry["op"]), int(numbers["group_size"]), int(numbers["world_size"]),
+                      numbers["latency_us"], numbers["bandwidth_gbs"])  # fmt: skip

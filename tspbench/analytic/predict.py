@@ -4,17 +4,8 @@ Each strategy supplies its own terms (tspbench.strategy.base.Strategy): ``activa
 memory, ``traffic`` for communication, ``flop_terms`` for FLOPs; what they share lives here and
 in tspbench.costs.
 
-Time, per rank and step:
-    compute  = GEMM FLOPs / achievable GEMM rate + attention FLOPs / achievable attention rate
-             + element-wise traffic (norms, RoPE, activations, residuals: ~4 passes over the
-               activations a block saves, 12 in training) / HBM bandwidth
-    comm     = sum over collectives of latency + bus bytes / bandwidth of the link class the
-               group spans (one node: intra-node; ranks on several nodes: the NIC), with ranks
-               placed model-parallel innermost (tspbench.dist.mesh)
-    step     = compute + exposed comm + max(0, hidden comm - compute)
-where "hidden" is what the strategy's schedule overlaps with compute (TSP's weight movement,
-gradient reduces and accumulators) and "exposed" is on the critical path (activation
-all-reduces, K/V gathers, DP's gradient all-reduce issued after backward).
+Time, per rank and step: tspbench.analytic.timing (compute at the rank's share of its device,
+each collective at its measured latency and bandwidth, and what the schedule overlaps).
 
 FLOPs: model FLOPs follow tspbench.costs.flops (causal attention counted as half the square);
 hardware FLOPs count what the kernels are asked to do - dense attention rectangles of each
@@ -26,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.timing import StepTime, step_time
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.flops import FlopTerms, model_flops_per_step
 from tspbench.costs.memory import MemoryPrediction
-from tspbench.dist.comm import BUS_FACTOR, summarize
-from tspbench.dist.mesh import Mesh
-from tspbench.strategy import Strategy, Traffic, check_layout
+from tspbench.dist.comm import summarize
+from tspbench.strategy import check_layout
 
 
 @dataclass
@@ -44,15 +35,30 @@ class Prediction:
     comm: list  # CommRecords
     flops: FlopTerms
     model_flops: float
-    compute_s: float
-    comm_exposed_s: float
-    comm_hidden_s: float
-    step_time_s: float
+    time: StepTime
     extra: dict = field(default_factory=dict)
 
     @property
+    def step_time_s(self) -> float:
+        return self.time.step_s
+
+    @property
+    def compute_s(self) -> float:
+        return self.time.compute_s
+
+    @property
+    def comm_exposed_s(self) -> float:
+        """Collectives on the critical path, and the overlapped ones the compute could not hide."""
+        return self.time.comm_exposed_s + self.time.hidden_exposed_s
+
+    @property
+    def comm_hidden_s(self) -> float:
+        """Collectives that run under compute."""
+        return self.time.comm_hidden_s - self.time.hidden_exposed_s
+
+    @property
     def tokens_per_step(self) -> int:
-        return self.layout.dp * self.workload.batch * self.workload.seq_len
+        return self.layout.data_degree * self.workload.batch * self.workload.seq_len
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -94,8 +100,8 @@ class Prediction:
             "comm_bytes_per_step": self.comm_bytes_per_step,
             "comm": self.comm_by(),
             "comm_calls": [
-                {"op": op, "phase": phase, "group_size": n, "calls": calls, "msg_bytes": nbytes}
-                for (op, phase, n), (calls, nbytes) in summarize(self.comm).items()
+                {"op": op, "phase": phase, "group": g, "group_size": n, "calls": calls, "msg_bytes": nbytes}
+                for (op, phase, g, n), (calls, nbytes) in summarize(self.comm).items()
             ],
             "flops_per_step": self.model_flops,
             "hardware_flops_per_step_per_gpu": self.flops.total,
@@ -111,31 +117,6 @@ class Prediction:
         }
 
 
-def link_of(mesh: Mesh, t: Traffic, gpus_per_node: int) -> str:
-    """'intra' when the group's ranks share a node, else 'inter' (ranks are placed row-major)."""
-    ranks = mesh.group(*t.axes).ranks
-    return "intra" if len({r // gpus_per_node for r in ranks}) == 1 else "inter"
-
-
-def comm_seconds(sized: Strategy, traffic: list[Traffic], hw: Hardware) -> tuple[float, float]:
-    """(exposed, hidden) seconds of the step's collectives."""
-    exposed = hidden = 0.0
-    for t in traffic:
-        n = sized.mesh.size(*t.axes)
-        if n == 1:
-            continue
-        if link_of(sized.mesh, t, hw.gpus_per_node) == "intra":
-            bw, lat = hw.intra_node_bandwidth_gbs, hw.intra_node_latency_us
-        else:
-            bw, lat = hw.inter_node_bandwidth_gbs, hw.inter_node_latency_us
-        seconds = t.count * (lat * 1e-6 + BUS_FACTOR[t.op](n) * t.msg_bytes / (bw * 1e9))
-        if t.hidden:
-            hidden += seconds
-        else:
-            exposed += seconds
-    return exposed, hidden
-
-
 def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Prediction:
     """The analytic model of one point (no process is started)."""
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
@@ -146,19 +127,12 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     traffic = sized.step_traffic()
     comm = [sized.record(t) for t in traffic if sized.mesh.size(*t.axes) > 1]
     flops = sized.flop_terms()
-    passes = 12 if workload.mode == "train" else 4
-    elementwise = passes * workload.model.n_layers * terms.saved_layer["none"]
-    compute = (
-        flops.gemm / (hw.gemm_tflops * 1e12)
-        + flops.attention / (hw.attention_tflops * 1e12)
-        + elementwise / (hw.hbm_bandwidth_gbs * 1e9)
-    )
-    exposed, hidden = comm_seconds(sized, traffic, hw)
-    step = compute + exposed + max(0.0, hidden - compute)
+    params = memory.persistent["parameters"]
+    time = step_time(layout, workload, hw, flops, sized.mesh, traffic, terms.saved_layer["none"], params)
     model_flops = model_flops_per_step(
-        workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
+        workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.mode
     )
-    return Prediction(layout, workload, hw, memory, comm, flops, model_flops, compute, exposed, hidden, step)
+    return Prediction(layout, workload, hw, memory, comm, flops, model_flops, time)
 
 
 def predict_record(layout: Layout, workload: Workload, hardware: str) -> dict[str, object]:
@@ -170,7 +144,7 @@ def predict_record(layout: Layout, workload: Workload, hardware: str) -> dict[st
         "error": None,
         "source": "predicted",
         "hardware": p.hardware.name,
-        "step_time_s": p.step_time_s,
+        **p.time.to_dict(),
         "tokens_per_step": p.tokens_per_step,
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_flops_per_step": p.model_flops,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import yaml
 from tspbench.analytic.hardware import Hardware, available_hardware, load_hardware
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
-from tspbench.cli.args import add_layout_args, layout_and_workload, positive_int
+from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.spec import PRESETS, ModelConfig, Workload
 from tspbench.measure.calibrate import calibrate
@@ -41,8 +42,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("calibrate", help="measure this device and write a hardware profile")
-    p.add_argument("--ranks", type=positive_int, default=2, help="local ranks for the collective test")
-    p.add_argument("--quick", action="store_true", help="smaller sizes (seconds, not minutes)")
+    p.add_argument(
+        "--ranks", type=positive_int, default=4, help="local ranks the points run with (default 4)"
+    )
+    p.add_argument(
+        "--model", default=None, choices=sorted(PRESETS), help="shapes to measure (default: small on CPU)"
+    )
+    p.add_argument("--seq-len", type=positive_int, default=2048, help="tokens per sequence the points run")
+    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument(
+        "--quick", action="store_true", help="fewer repeats, smaller messages (seconds, not minutes)"
+    )
+    p.add_argument("--name", help="the profile's name (default: the device's)")
     p.add_argument("--out", type=Path, help="write the profile YAML here")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
@@ -104,10 +115,11 @@ def print_prediction(p: Prediction) -> None:
         f"FLOPs per step: model {p.model_flops:.3e} (causal attention halved); per GPU hardware "
         f"{p.flops.total:.3e} (GEMM {p.flops.gemm:.2e}, attention {p.flops.attention:.2e}, recompute incl.)"
     )
-    beyond = max(0.0, p.comm_hidden_s - p.compute_s)
+    t = p.time
     print(
-        f"time per step: compute {p.compute_s:.3f} s + exposed comm {p.comm_exposed_s:.3f} s "
-        f"+ overlapped comm beyond compute {beyond:.3f} s (of {p.comm_hidden_s:.3f} s) "
+        f"time per step: compute {t.compute_s:.3f} s (GEMM {t.gemm_s:.3f}, attention {t.attention_s:.3f}, "
+        f"element-wise {t.elementwise_s:.3f}; {t.share:.2f} of the device per rank) + exposed comm "
+        f"{p.comm_exposed_s:.3f} s (overlapped comm that ran under compute: {p.comm_hidden_s:.3f} s) "
         f"= {p.step_time_s:.3f} s"
     )
     print(f"throughput: {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {p.mfu:.1%}")
@@ -164,8 +176,16 @@ def plan_json(result: PlanResult) -> dict[str, object]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    profile = calibrate(args.ranks, args.quick)
+    if args.out:
+        output_path(args.out, "--out", folder=False)  # before minutes of measuring
+    model = ModelConfig.preset(args.model) if args.model else None
+    result = calibrate(args.ranks, model, args.seq_len, args.repeats, args.quick)
+    profile = result.profile
+    if args.name:
+        profile["name"] = args.name
     text = yaml.safe_dump(profile, sort_keys=False)
+    for warning in result.warnings:
+        print(f"tspbench calibrate: warning: {warning}", file=sys.stderr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
@@ -174,9 +194,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     elif not args.out:
         print(text)
     else:
+        p = profile
         print(
-            f"wrote {args.out}: GEMM {profile['gemm_tflops']} TFLOP/s, "
-            f"attention {profile['attention_tflops']} TFLOP/s, "
-            f"all-reduce {profile['intra_node_bandwidth_gbs']} GB/s bus"
+            f"wrote {args.out}: GEMM {p['gemm_tflops']} TFLOP/s, attention {p['attention_tflops']} (causal "
+            f"{p['attention_causal_tflops']}) TFLOP/s, element-wise {p['hbm_bandwidth_gbs']} GB/s per rank; "
+            f"overlap efficiency {p.get('overlap_efficiency', 1.0)}"
         )
     return 0

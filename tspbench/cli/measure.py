@@ -12,10 +12,11 @@ from tspbench.cli.args import (
     add_layout_args,
     byte_size,
     layout_and_workload,
+    non_negative_int,
     positive_int,
 )
 from tspbench.core.errors import UsageError
-from tspbench.core.names import DEVICES, DTYPES, MODES
+from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +48,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="--fake: the ranks to execute, e.g. 0 or 0,3 (default: the first model-parallel group)",
     )
     p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (>= 0)")
     p.add_argument("--repeats", type=positive_int, default=1)
     p.add_argument("--capacity", type=byte_size, help="simulated device memory on CPU, e.g. 512MiB")
     p.add_argument("--hardware", default="cpu", help="profile for the predicted step time (default: cpu)")
@@ -98,7 +99,8 @@ def print_validation(r: dict) -> None:
         print(f"  {key:<20} {err:>12.3e}   {flag}")
     print(
         f"  comm bytes/step      {r['comm_bytes_per_step']:>12,.0f}   analytic count "
-        f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}"
+        f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}, dispatch count "
+        f"{'matches' if r['comm_matches_dispatch'] else 'DIFFERS'}"
     )
     per_rank = r["peak_memory_bytes_per_rank"]
     print(f"  peak memory (max)    {r['peak_memory_bytes']:>12,}   per rank {per_rank}")
@@ -151,7 +153,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def print_record(r: dict) -> None:
     print(
-        f"{r['strategy']}  dp{r['dp']} tp{r['tp']} sp{r['sp']} tsp{r['tsp']}  {r['model']}  "
+        f"{r['strategy']}  {' '.join(f'{a}{r[a]}' for a in AXES)}  {r['model']}  "
         f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
     )
     if r["status"] != "completed":
@@ -210,10 +212,12 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     report = run(args.device, args.quick, args.out)
     print(json.dumps({k: report[k] for k in ("offset_attention_rel_err", "seconds", "path")}, indent=2))
     for p in report["strategies"]:
-        err = p.get("predicted_memory_error")
+        err, terr = p.get("predicted_memory_error"), p.get("predicted_step_time_error")
         err_text = f"{err:+.1%}" if isinstance(err, float) else "-"
+        time_text = f"{terr:+.1%}" if isinstance(terr, float) else "-"
         print(
             f"  {p['strategy']:<6} {p['status']:<10} peak {p.get('peak_memory_bytes') or 0:>14,} B "
-            f"predicted {err_text}"
+            f"(predicted {err_text}), step {(p.get('step_time_s') or 0) * 1e3:8.1f} ms "
+            f"(predicted {time_text})"
         )
     return 0

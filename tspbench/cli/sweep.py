@@ -8,14 +8,17 @@ tspbench status RESULTS_DIR
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from tspbench.cli.args import output_path
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, OK_STATUSES
 from tspbench.core.units import degrees_text
+from tspbench.sweep.damage import RunFiles
 from tspbench.sweep.experiment import EXECUTORS
 from tspbench.sweep.points import Point
 from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
@@ -26,7 +29,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run an experiment file's sweep into the results store")
     p.add_argument("experiment", help="experiment YAML, e.g. experiments/quickstart.yaml")
     p.add_argument("--executor", choices=EXECUTORS, help="default: the experiment's executor")
-    p.add_argument("--cluster", help="cluster profile slurm/NAME.yaml (or a path to one)")
+    p.add_argument(
+        "--cluster", help="cluster profile slurm/NAME.yaml (or a path to one); implies --executor slurm"
+    )
     p.add_argument("--results", default="results", help="results root (default: results)")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a value (YAML)")
     p.add_argument("--dry-run", action="store_true", help="list the points and run nothing")
@@ -38,18 +43,40 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    results = output_path(Path(args.results), "--results", folder=True)
     sweep = prepare_sweep(args.experiment, args.set or [], args.executor, args.cluster)
-    store = Store(Path(args.results) / sweep.experiment.name)
+    store = Store(results / sweep.experiment.name)
     if args.dry_run:
         print_dry_run(sweep, store, args.retry_failed)
         return 0
     try:
         run_sweep(sweep, store, args.retry_failed)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; `tspbench run {args.experiment}` resumes where it stopped", file=sys.stderr)
+        print(f"\ninterrupted; `{rerun_command(args)}` resumes where it stopped", file=sys.stderr)
         return 130
-    frame = write_tables(store.root)
+    damaged: list[RunFiles] = []
+    frame = write_tables(store.root, damaged)
+    print_damaged(damaged)
     return print_summary(frame, sweep.points, store)
+
+
+def rerun_command(args: argparse.Namespace) -> str:
+    """The command line that repeats this run (every option that decides what runs, and where)."""
+    argv = ["tspbench", "run", args.experiment]
+    for flag, value in (("--executor", args.executor), ("--cluster", args.cluster)):
+        argv += [flag, value] if value else []
+    argv += ["--results", args.results]
+    for item in args.set or []:
+        argv += ["--set", item]
+    argv += ["--retry-failed"] if args.retry_failed else []
+    return shlex.join(argv)
+
+
+def print_damaged(damaged: list[RunFiles]) -> None:
+    """One line per unreadable file of a damaged run folder (tspbench.sweep.damage)."""
+    for files in damaged:
+        for problem in files.problems:
+            print(f"corrupt: {problem}", file=sys.stderr)
 
 
 def dry_run_frame(sweep: Sweep, store: Store) -> pd.DataFrame:
@@ -65,7 +92,7 @@ def dry_run_frame(sweep: Sweep, store: Store) -> pd.DataFrame:
                 "world": p.world_size,
                 "nodes": nodes,
                 **{k: w[k] for k in ("seq_len", "batch", "mode", "recompute", "dtype", "device")},
-                "stored": store.state(p.run_id) or "-",
+                "stored": "corrupt" if store.problems(p.run_id) else store.state(p.run_id) or "-",
             }
         )
     return pd.DataFrame(rows)
@@ -118,10 +145,13 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """The table of every stored point; damaged folders listed too, each bad file named on stderr
+    (exit 2: the store needs attention)."""
     path = Path(args.results_dir)
     if not path.is_dir():
         raise UsageError(f"{path}: no such results folder")
-    table = status_table(path)
+    damaged: list[RunFiles] = []
+    table = status_table(path, damaged)
     if table.empty:
         print(f"{path}: no points stored")
         return 0
@@ -129,4 +159,5 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(table.to_string(index=False))
     counts = table["status"].value_counts().to_dict()
     print(f"{len(table)} points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    return 0
+    print_damaged(damaged)
+    return 2 if damaged else 0

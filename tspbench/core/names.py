@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-AXES = ("dp", "tp", "sp", "tsp")  # mesh axes; dp is always outermost
+AXES = ("dp", "tp", "sp", "tsp", "fsdp")  # mesh axes; dp is always outermost
 MODES = ("train", "infer")  # infer: prefill, a forward over every position
 RECOMPUTE_MODES = ("none", "selective", "full")
 DEVICES = ("cpu", "cuda")  # ROCm builds of torch expose "cuda" too

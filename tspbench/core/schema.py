@@ -6,6 +6,7 @@ the closest valid key; and ``--set key.path=value`` overrides applied to the raw
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ def check_value(value: Any, spec: Field, path: str) -> Any:
         raise SchemaError(path, f"expected {_describe(spec)}, got {value!r}")
     if not isinstance(value, spec.types):
         raise SchemaError(path, f"expected {_describe(spec)}, got {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SchemaError(path, f"must be a finite number, got {value!r}")
     allowed = spec.allowed()
     if allowed is not None and value not in allowed:
         raise SchemaError(path, f"{value!r} is not one of: {', '.join(map(str, allowed))}")

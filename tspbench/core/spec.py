@@ -89,6 +89,7 @@ class Layout:
     tp: int = 1
     sp: int = 1
     tsp: int = 1
+    fsdp: int = 1  # FSDP's ranks shard the weights, each with its own micro-batch (as dp)
 
     def __post_init__(self) -> None:
         for axis in AXES:
@@ -99,6 +100,11 @@ class Layout:
     @property
     def world_size(self) -> int:
         return math.prod(self.degree(a) for a in AXES)
+
+    @property
+    def data_degree(self) -> int:
+        """Ranks that take different sequences: dp x fsdp (the global batch is this x ``batch``)."""
+        return self.dp * self.fsdp
 
     @property
     def replica_size(self) -> int:

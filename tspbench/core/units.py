@@ -35,6 +35,8 @@ def degrees_text(strategy: str, degrees: Mapping[str, int], with_dp: bool = True
     """'tsp8 x dp128', 'tp2 x sp4', 'dp4': the strategy's own axes always (its name lists them,
     as in tp_sp), any other axis above 1, data parallel last; '1' for a single device."""
     own = [a for a in strategy.split("_") if a in AXES and a != "dp"]
+    if own[:1] == ["fsdp"] and len(own) > 1:  # fsdp_sp: FSDP over the sp ranks, no fsdp axis
+        own = own[1:]
     mp = [a for a in AXES[1:] if a in own or int(degrees.get(a, 1)) > 1]
     dp = int(degrees.get("dp", 1))
     shown = [*mp, "dp"] if with_dp and (dp > 1 or strategy == "dp" or not mp) else mp

@@ -39,10 +39,17 @@ def model_flops_per_step(cfg: ModelConfig, n_seqs: int, seq_len: int, mode: str)
 
 @dataclass
 class FlopTerms:
-    """Hardware FLOPs of one step on one rank: what the kernels are asked to do."""
+    """Hardware FLOPs of one step on one rank: what the kernels are asked to do.
+
+    ``causal_fraction`` of the attention FLOPs come from square causal blocks (a query chunk
+    against its own keys), which a flash kernel computes at half their counted cost; the rest
+    are rectangles (a query chunk against the keys before it). The time model rates them apart.
+    """
 
     gemm: float
     attention: float
+    causal_fraction: float = 1.0
+    causal_block: int = 0  # tokens per side of the square causal blocks (0: unknown)
 
     @property
     def total(self) -> float:
@@ -56,6 +63,18 @@ def zigzag_rectangle(tokens: int, seq: int, parts: int) -> float:
         return float(tokens * tokens)
     c = seq / (2 * parts)
     return c * c * (2 * parts + 1)
+
+
+def causal_block(tokens: int, seq: int, parts: int) -> int:
+    """Tokens per side of a rank's square causal blocks: the local sequence unsharded, a zigzag
+    chunk C = S / 2P otherwise."""
+    return tokens if parts == 1 else seq // (2 * parts)
+
+
+def causal_fraction(parts: int) -> float:
+    """The share of zigzag_rectangle in square causal blocks: all of it unsharded; with zigzag
+    chunks each of the two local chunks has one C x C diagonal block, 2 of the 2P + 1 C^2."""
+    return 1.0 if parts == 1 else 2 / (2 * parts + 1)
 
 
 def block_gemm_flops(s: Shapes, q: int, kv: int, ffn: int) -> tuple[float, float]:
@@ -74,6 +93,8 @@ class ForwardFlops:
     core: float
     head: float
     layers: int
+    causal_fraction: float = 1.0
+    causal_block: int = 0
 
     @classmethod
     def of(cls, s: Shapes) -> ForwardFlops:
@@ -81,14 +102,18 @@ class ForwardFlops:
         attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
         core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
         head = 2 * s.batch * s.tokens * s.hidden * s.vocab
-        return cls(attn_gemm, mlp_gemm, core, head, s.layers)
+        block = causal_block(s.tokens, s.seq, s.kv_parts)
+        return cls(attn_gemm, mlp_gemm, core, head, s.layers, causal_fraction(s.kv_parts), block)
 
     @property
     def blocks_gemm(self) -> float:
         return self.layers * (self.attn_gemm + self.mlp_gemm)
 
     def prefill(self) -> FlopTerms:
-        return FlopTerms(self.blocks_gemm + self.head, self.layers * self.core)
+        return self.terms(self.blocks_gemm + self.head, self.layers * self.core)
+
+    def terms(self, gemm: float, attention: float) -> FlopTerms:
+        return FlopTerms(gemm, attention, self.causal_fraction, self.causal_block)
 
 
 def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:
@@ -103,4 +128,4 @@ def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:
         attention += f.layers * f.core
     if recompute == "full":
         gemm += f.layers * (f.attn_gemm + f.mlp_gemm * 2 / 3)
-    return FlopTerms(gemm, attention)
+    return f.terms(gemm, attention)

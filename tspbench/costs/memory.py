@@ -14,6 +14,10 @@ and a timeline that walks a step and takes the peak of the moments where memory 
     optimizer   persistent + all gradients + the optimizer's working buffers
     prefill     persistent + one residual stream + a block's (or the head's) working memory
 
+Two terms ride along with every moment as "other": ``resident`` (what a wrapper holds across
+steps, DDP's gradient buckets) and, in all but the optimizer moment, ``held_weights`` (weights
+gathered from the forward to the end of backward, FSDP's root).
+
 Saved sizes are exact for this code (checked against the CPU tracker); working-memory terms
 count the temporaries of each backward as written in tspbench/model/ and strategies/.
 """
@@ -67,6 +71,20 @@ class ActivationTerms:
     head_forward_work: int  # logits and loss working memory in the training forward
     head_backward_work: int  # loss and head backward working memory
     prefill_head: int  # prefill: the logits output and the head's working memory
+    resident: int = 0  # buffers a wrapper holds across steps (DDP's gradient buckets), as other
+    held_weights: int = 0  # gathered weights held from forward to the end of backward (FSDP's root)
+
+
+# The step phase (as the tracker labels allocations: tspbench.dist.comm.phase) of each moment.
+MOMENT_PHASES = {
+    "forward head": "forward",
+    "head backward": "backward",
+    "last block backward": "backward",
+    "first block backward": "backward",
+    "optimizer": "optimizer",
+    "prefill block": "forward",
+    "prefill head": "forward",
+}
 
 
 @dataclass
@@ -78,6 +96,19 @@ class MemoryPrediction:
     moment: str
     moments: dict[str, int] = field(default_factory=dict)
     persistent: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def phase(self) -> str:
+        """The step phase the peak moment falls in (forward, backward, optimizer)."""
+        return MOMENT_PHASES[self.moment]
+
+    def phase_peaks(self) -> dict[str, int]:
+        """The highest predicted total in each phase (what the tracker's per-phase peaks measure)."""
+        out: dict[str, int] = {}
+        for moment, total in self.moments.items():
+            phase = MOMENT_PHASES[moment]
+            out[phase] = max(out.get(phase, 0), total)
+        return out
 
 
 def optimizer_bytes(param_bytes: int, elt: int) -> int:
@@ -104,9 +135,9 @@ def predict_memory(
     persistent = {"parameters": params, "gradients": 0, "optimizer": opt}
     moments: dict[str, tuple[int, dict[str, int]]] = {}
 
-    def add(name: str, **cats: int) -> None:
+    def add(name: str, held: int = terms.held_weights, **cats: int) -> None:
         by = {c: 0 for c in CATEGORIES}
-        by.update(parameters=params, optimizer=opt)
+        by.update(parameters=params, optimizer=opt, other=terms.resident + held)
         for k, v in cats.items():
             by[k] += v
         moments[name] = (sum(by.values()), by)
@@ -128,7 +159,7 @@ def predict_memory(
             live = terms.fixed_saved + (L - done) * saved + rerun
             grads = head_grads + sum(layer_grads[L - done :])
             add(label, activations=live, gradients=grads, other=terms.stream + terms.backward_work)
-        add("optimizer", gradients=params, other=optimizer_work(max(param_bytes.values()), elt))
+        add("optimizer", 0, gradients=params, other=optimizer_work(max(param_bytes.values()), elt))
     name = max(moments, key=lambda k: moments[k][0])
     peak, by = moments[name]
     return MemoryPrediction(peak, by, name, {k: v[0] for k, v in moments.items()}, persistent)

@@ -2,7 +2,8 @@
 
 A call on a group of one rank is a no-op and is not counted. Otherwise it adds one CommRecord
 to the active CommLog (see ``counting``): the op, the phase it ran in (see ``phase``), the group
-size n and the message size in bytes as nccl-tests defines it. Bus bytes follow nccl-tests:
+(its mesh axes and channel, e.g. ``tsp#1``), its size n and the message size in bytes as
+nccl-tests defines it. Bus bytes follow nccl-tests:
 
     op               message (bytes)              bus bytes = message x
     all_reduce       the buffer                   2 (n-1) / n
@@ -55,15 +56,16 @@ class CommRecord:
     group_size: int
     msg_bytes: int
     count: int = 1
-    group: str = field(default="", compare=False)  # the group's label, for replay
+    group: str = ""  # the group's label: its mesh axes and channel ("tsp", "dp+sp", "tsp#1")
 
     @property
     def bus_bytes(self) -> float:
         return BUS_FACTOR[self.op](self.group_size) * self.msg_bytes * self.count
 
     @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.op, self.phase, self.group_size)
+    def key(self) -> tuple[str, str, str, int]:
+        """What two counts must agree on: op, phase, the group (axes and channel) and its size."""
+        return (self.op, self.phase, self.group, self.group_size)
 
 
 @dataclass
@@ -82,8 +84,10 @@ class CommLog:
         return sum(r.bus_bytes for r in self.records)
 
 
-def summarize(records: Sequence[CommRecord]) -> dict[tuple[str, str, int], tuple[int, int]]:
-    out: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
+def summarize(records: Sequence[CommRecord]) -> dict[tuple[str, str, str, int], tuple[int, int]]:
+    """(op, phase, group, group size) -> (calls, message bytes). A collective on the wrong group of
+    the same size, or on the wrong channel, changes the key."""
+    out: dict[tuple[str, str, str, int], list[int]] = defaultdict(lambda: [0, 0])
     for r in records:
         out[r.key][0] += r.count
         out[r.key][1] += r.msg_bytes * r.count
@@ -180,6 +184,15 @@ class Pending:
             w.wait()
         return self._result()
 
+    def future(self) -> torch.futures.Future:
+        """A Future of the result, completed when the transfer is (what DDP's comm hooks return)."""
+        if not self._works:
+            done: torch.futures.Future = torch.futures.Future()
+            done.set_result(self._result())
+            return done
+        futures = [w.get_future() for w in self._works]
+        return torch.futures.collect_all(futures).then(lambda _: self._result())
+
 
 def _issue(
     op: str,
@@ -198,10 +211,23 @@ def _issue(
             simulated()
         works: Sequence[dist.Work] = ()
     else:
-        started = start()
+        _issuing.active = True
+        try:
+            started = start()
+        finally:
+            _issuing.active = False
         works = started if isinstance(started, list) else [started]
     pending = Pending(works, result)
     return pending if async_op else pending.wait()
+
+
+_issuing = threading.local()  # set while a primitive here starts its c10d op (see issued_here)
+
+
+def issued_here() -> bool:
+    """True while one of this module's primitives is starting its c10d op: a dispatch-level
+    counter (tspbench.dist.c10d_count) leaves those to the count above, so nothing counts twice."""
+    return getattr(_issuing, "active", False)
 
 
 def _solo(result: Callable[[], object], async_op: bool):

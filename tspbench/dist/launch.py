@@ -11,7 +11,10 @@ groups ~20x slower.)
 If any rank raises (or dies), the caller gets a RankError naming the rank that failed first,
 its exception type, message and traceback within a second, and every other rank is killed
 (they may be stuck in a collective waiting for the dead one). A world that outlives ``timeout``
-is killed the same way and raises LaunchTimeout. No process is left behind either way.
+is killed the same way and raises LaunchTimeout. No process is left behind either way, not even
+when the caller itself is killed (SIGKILL): each rank holds a lifeline pipe to the caller and
+kills itself when it closes. (A parent-death signal would not do: a rank's parent is the
+forkserver, which outlives a killed caller for as long as any rank keeps its pipe open.)
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -29,6 +34,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from tspbench.core.errors import WorkloadError
 
 
 class RankError(RuntimeError):
@@ -80,12 +87,14 @@ def _rank_main(
     port: int,
     device: str,
     conn: Connection,
+    lifeline: Connection,
     fn: Callable[..., Any],
     args: tuple,
     kwargs: dict,
     timeout_s: float,
 ) -> None:
     torch.set_num_threads(1)  # first: a forked child of a multithreaded parent hangs otherwise
+    _die_with_caller(lifeline)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         backend = "nccl" if device == "cuda" else "gloo"
@@ -112,6 +121,20 @@ def _rank_main(
     os._exit(0)  # skip gloo/NCCL teardown, which can block when peers are gone
 
 
+def _die_with_caller(lifeline: Connection) -> None:
+    """SIGKILL this rank as soon as the caller's end of ``lifeline`` closes: the caller never
+    writes to it, so the read returns only when the caller has finished with the world or died."""
+
+    def watch() -> None:
+        try:
+            lifeline.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="tspbench-lifeline", daemon=True).start()
+
+
 def _barrier(device: str, rank: int) -> None:
     dist.barrier(device_ids=[rank]) if device == "cuda" else dist.barrier()
 
@@ -126,7 +149,10 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the results in rank order."""
     if device == "cuda" and torch.cuda.device_count() < world_size:
-        raise ValueError(f"{world_size} ranks need {world_size} GPUs; {torch.cuda.device_count()} visible")
+        raise WorkloadError(
+            f"device 'cuda': {world_size} ranks need {world_size} GPUs, {torch.cuda.device_count()} "
+            "visible here; use device cpu, or a machine (or Slurm) with the GPUs"
+        )
     for attempt in range(3):
         try:
             return _launch_once(fn, world_size, args, kwargs, device, timeout, free_port())
@@ -146,18 +172,21 @@ def _launch_once(
     fn: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, device: str, timeout: float, port: int
 ) -> list[Any]:
     ctx = _context()
-    procs, conns = [], []
+    procs, conns, lifelines = [], [], []
     for rank in range(world_size):
         recv, send = ctx.Pipe(duplex=False)
+        held, lifeline = ctx.Pipe(duplex=False)  # the rank reads, this process holds the other end
         p = ctx.Process(
             target=_rank_main,
             daemon=True,
-            args=(rank, world_size, port, device, send, fn, args, kwargs, timeout),
+            args=(rank, world_size, port, device, send, held, fn, args, kwargs, timeout),
         )
         p.start()
         send.close()
+        held.close()
         procs.append(p)
         conns.append(recv)
+        lifelines.append(lifeline)
     try:
         return _collect(procs, conns, timeout)
     finally:
@@ -166,7 +195,7 @@ def _launch_once(
                 p.kill()
         for p in procs:
             p.join(timeout=5)
-        for c in conns:
+        for c in conns + lifelines:
             c.close()
 
 

@@ -1,11 +1,18 @@
 """``tspbench bench``: one measured point, as one flat record (the schema sweeps store).
 
 Per point: ``warmup`` untimed steps (the first counts FLOPs with torch's FlopCounterMode; with a
-simulated capacity a tracked step comes first, so an over-capacity point fails at once); one
-measured step with collectives counted and peak memory
-taken (the exact tracker on CPU, the allocator on CUDA); then ``repeats`` rounds of ``steps``
-timed steps, each step timed on the slowest rank (barrier before, max over ranks after). The
-tracker slows a CPU step ~1.2-1.6x, which is why timing and memory use different steps.
+simulated capacity a tracked step comes first, so an over-capacity point fails at once); then
+MEMORY_STEPS steady-state steps (in training the AdamW state exists by then) with collectives
+counted and peak memory taken (the CPU tracker, or the allocator on CUDA); then ``repeats``
+rounds of ``steps`` timed steps, each step timed on the slowest rank (barrier before, max over
+ranks after). The tracker slows a CPU step ~1.2-1.6x, which is why timing and memory use
+different steps.
+
+Peak memory: per tracked step the maximum over ranks; the record's ``peak_memory_bytes`` (and
+its breakdown) is the median tracked step's, with the spread beside it
+(``peak_memory_min_bytes``, ``peak_memory_max_bytes``, ``peak_memory_step_bytes``): the same
+step can peak higher when gloo's thread frees a buffer late. ``predicted_memory_error`` compares
+the model with that median step.
 
 Each record carries the analytic model's prediction beside the measurement (peak memory, comm
 bytes, hardware FLOPs, and with a hardware profile the step time), with the signed errors.
@@ -20,6 +27,7 @@ import statistics
 
 import torch.distributed as dist
 
+from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
@@ -29,6 +37,14 @@ from tspbench.dist.launch import LaunchTimeout, RankError, launch
 from tspbench.measure.env import environment
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
+
+MEMORY_STEPS = 3  # tracked steady-state steps per point: the spread of their peaks is recorded
+
+
+def first_tracked_step(warmup: int, capacity_bytes: int | None) -> int:
+    """The number (from 1) of the first tracked step: after the capacity check, the FLOP-counting
+    step and the rest of the warm-up, so always a steady-state step (2 or later)."""
+    return 1 + (capacity_bytes is not None) + max(warmup, 1)
 
 
 def rank_bench(
@@ -40,17 +56,18 @@ def rank_bench(
     flops = run.counted_flops()  # counts as a warm-up step
     for _ in range(warmup - 1):
         run.step()
-    measured = run.measured_step(capacity_bytes)
+    measured = [run.measured_step(capacity_bytes) for _ in range(MEMORY_STEPS)]
     times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
     rank = dist.get_rank() if dist.is_initialized() else 0
     return {
         "rank": rank,
         "times": times,
-        "loss": measured.loss,
-        "comm": measured.comm,
-        "memory": measured.memory,
-        "state": measured.state,
+        "loss": measured[0].loss,
+        "comm": measured[0].comm,
+        "memory": [m.memory for m in measured],
+        "state": measured[-1].state,
         "flops": flops,
+        "first_tracked_step": first_tracked_step(warmup, capacity_bytes),
     }
 
 
@@ -64,10 +81,13 @@ def percentile(values: list[float], q: float) -> float:
 def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
     times = ranks[0]["times"]
     median = statistics.median(times)
-    tokens = layout.dp * workload.batch * workload.seq_len
-    flops = model_flops_per_step(workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode)
-    peaks = [r["memory"].peak_bytes for r in ranks]
-    top = max(ranks, key=lambda r: r["memory"].peak_bytes)
+    seqs = layout.data_degree * workload.batch
+    tokens = seqs * workload.seq_len
+    flops = model_flops_per_step(workload.model, seqs, workload.seq_len, workload.mode)
+    per_step = [max(r["memory"][i].peak_bytes for r in ranks) for i in range(len(ranks[0]["memory"]))]
+    step = sorted(range(len(per_step)), key=per_step.__getitem__)[(len(per_step) - 1) // 2]  # the median
+    peaks = [r["memory"][step].peak_bytes for r in ranks]
+    top = max(ranks, key=lambda r: r["memory"][step].peak_bytes)
     busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
     return {
         "step_time_s": median,
@@ -79,9 +99,13 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         "model_flops_per_step": flops,
         "tflops_per_gpu": flops / median / layout.world_size / 1e12,
         "loss": ranks[0]["loss"],
-        **top["memory"].to_record(),
+        **top["memory"][step].to_record(),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": peaks,
+        "peak_memory_min_bytes": min(per_step),
+        "peak_memory_max_bytes": max(per_step),
+        "peak_memory_step_bytes": per_step,
+        "peak_memory_first_tracked_step": ranks[0]["first_tracked_step"],
         **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
         "hardware_flops_per_step_per_gpu": max(r["flops"] or 0 for r in ranks),
         **comm_fields(busiest["comm"]),
@@ -94,6 +118,7 @@ def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware
     out: dict[str, object] = {
         "predicted_peak_memory_bytes": p.memory.peak_bytes,
         "predicted_peak_memory_moment": p.memory.moment,
+        "predicted_peak_memory_phase": p.memory.phase,
         "predicted_comm_bytes_per_step": p.comm_bytes_per_step,
         "predicted_hardware_flops_per_gpu": p.flops.total,
     }
@@ -101,7 +126,9 @@ def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware
         out["predicted_memory_error"] = p.memory.peak_bytes / record["peak_memory_bytes"] - 1
         out["predicted_flops_error"] = p.flops.total / max(record["hardware_flops_per_step_per_gpu"], 1) - 1
     if hardware:
-        out.update(predicted_hardware=p.hardware.name, predicted_step_time_s=p.step_time_s)
+        out.update(predicted_hardware=p.hardware.name, **p.time.to_dict("predicted_"))
+        if record.get("status") == "completed":
+            out["predicted_step_time_error"] = p.step_time_s / record["step_time_s"] - 1
     return out
 
 
@@ -129,8 +156,10 @@ def bench(
     timeout: float = 600.0,
     hardware: str | None = None,
 ) -> dict[str, object]:
-    """Measure one point; returns the flat record (``status`` says how it ended)."""
+    """Measure one point; returns the flat record (``status`` says how it ended). Every name is
+    checked (layout, hardware profile) before any rank starts."""
     check_layout(layout, workload)
+    load_hardware(hardware or "cpu")
     record: dict[str, object] = {
         **point_record(layout, workload),
         "steps": steps,

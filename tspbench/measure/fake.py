@@ -52,7 +52,7 @@ from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
 from tspbench.measure.runner import RankRun
 from tspbench.measure.tracker import CATEGORIES
-from tspbench.strategy import check_layout
+from tspbench.strategy import check_fake_world
 
 NO_FAKE_KERNEL = {
     UnsupportedOperatorException: "has no fake (meta) kernel",
@@ -166,7 +166,7 @@ def fake_bench(
     """Execute one point in the fake world; the flat record (``source: fake``, no step time).
     ``world`` is a pool of worker processes to reuse (a sweep's); by default the point gets one
     of its own, a worker per core."""
-    check_layout(layout, workload)
+    check_fake_world(layout, workload)
     ranks = list(ranks) if ranks is not None else model_parallel_ranks(layout)
     record: dict[str, object] = {
         **point_record(layout, workload, "fake"),

@@ -8,7 +8,8 @@
    rows of a full causal attention, in bf16.
 3. Every registered strategy at world size 1 on CUDA in bf16 on a few layers of the paper's 7B
    at 32K tokens (after checking SDPA restricted to FLASH_ATTENTION runs those shapes): the
-   allocator's peak next to the analytic model's prediction, and step time.
+   allocator's peak next to the analytic model's prediction, and the measured step time next to
+   the time model's prediction from step 1's calibration (written beside the report).
 
 ``--device cpu --quick`` runs the same code on a tiny model on CPU (what the test suite does, so
 the script cannot rot on machines without a GPU).
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import yaml
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
@@ -69,7 +71,13 @@ def strategy_points(device: str, quick: bool) -> list[tuple[Layout, Workload]]:
 def run(device: str, quick: bool, out: Path) -> dict[str, object]:
     report: dict[str, object] = {"environment": environment(device), "device": device, "quick": quick}
     start = time.perf_counter()
-    report["calibration"] = calibrate(ranks=1, quick=quick)
+    workload = workload_of(device, quick)
+    calibration = calibrate(ranks=1, model=workload.model, seq_len=workload.seq_len, quick=quick)
+    report["calibration"], report["calibration_warnings"] = calibration.profile, calibration.warnings
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    profile = out / f"gpu_check_{device}_{stamp}_profile.yaml"  # each step predicted from it
+    profile.write_text(yaml.safe_dump(calibration.profile, sort_keys=False))
     dtype = torch.bfloat16 if device == "cuda" else torch.float64
     report["offset_attention_rel_err"] = offset_attention_check(device, dtype)
     if device == "cuda":
@@ -77,15 +85,13 @@ def run(device: str, quick: bool, out: Path) -> dict[str, object]:
     points = []
     for layout, workload in strategy_points(device, quick):
         try:
-            record = bench(layout, workload, steps=3, warmup=1, timeout=600)
+            record = bench(layout, workload, steps=3, warmup=1, timeout=600, hardware=str(profile))
         except Exception as exc:  # a broken strategy must not hide the others' results
             record = {"strategy": layout.strategy, "status": "failed", "error": traceback.format_exc(limit=3)}
             record["exception"] = str(exc)
         points.append({k: record.get(k) for k in KEEP})
     report["strategies"] = points
     report["seconds"] = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = out / f"gpu_check_{device}_{stamp}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     report["path"] = str(path)
@@ -106,6 +112,10 @@ KEEP = (
     "peak_memory_reserved_bytes",
     "predicted_peak_memory_bytes",
     "predicted_memory_error",
+    "predicted_step_time_s",
+    "predicted_step_time_error",
+    "predicted_compute_s",
+    "predicted_comm_exposed_s",
     "hardware_flops_per_step_per_gpu",
     "predicted_hardware_flops_per_gpu",
 )

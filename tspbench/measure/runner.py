@@ -22,11 +22,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, Workload
 from tspbench.dist import comm
+from tspbench.dist.c10d_count import C10dCounter
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
 from tspbench.measure.flop_counter import register_cpu_attention_flops
 from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
-from tspbench.model.optim import build_optimizer, torch_dtype
+from tspbench.model.optim import build_optimizer
 from tspbench.model.reference import make_batch
 from tspbench.model.transformer import fake_mode_active
 from tspbench.strategy import LocalBatch, Strategy, get_strategy
@@ -43,6 +44,7 @@ class StepMeasurement:
     memory: MemoryReport
     output: Tensor  # the global loss (train) or this rank's logits (infer)
     state: dict[str, int]  # bytes of parameters, gradients and optimizer state after the step
+    c10d: list[comm.CommRecord]  # every collective as dispatched (the cross-check of ``comm``)
 
 
 class RankRun:
@@ -51,10 +53,17 @@ class RankRun:
     ``device`` defaults to this rank's (tspbench.dist.launch.local_device); a fake world
     (tspbench.measure.fake) names the device it simulates, and builds the run under fake
     tensors: then nothing has values, and memory is always measured by the dispatch tracker.
+    ``strategy``: a class to run instead of the registered one (benchmarks of variants).
     """
 
-    def __init__(self, layout: Layout, workload: Workload, device: torch.device | None = None) -> None:
-        cls = get_strategy(layout.strategy)
+    def __init__(
+        self,
+        layout: Layout,
+        workload: Workload,
+        device: torch.device | None = None,
+        strategy: type[Strategy] | None = None,
+    ) -> None:
+        cls = strategy or get_strategy(layout.strategy)
         rank = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world != layout.world_size:
@@ -66,11 +75,11 @@ class RankRun:
         self.strategy: Strategy = cls(layout, workload, self.mesh, self.device)
         self.model: nn.Module = self.strategy.build()
         self.train = workload.mode == "train"
-        self.optimizer = (
-            build_optimizer(self.model.parameters(), torch_dtype(workload.dtype)) if self.train else None
-        )
+        # The parameters' own dtype: FSDP keeps float32 master shards under a bf16 policy.
+        param_dtype = next(self.model.parameters()).dtype
+        self.optimizer = build_optimizer(self.model.parameters(), param_dtype) if self.train else None
         tokens, targets = make_batch(
-            workload.model, layout.dp * workload.batch, workload.seq_len, workload.seed, self.device
+            workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.seed, self.device
         )
         local = self.strategy.shard_batch(tokens, targets)
         # Own copies of this rank's shard: views would keep every rank's copy of the global batch
@@ -110,9 +119,10 @@ class RankRun:
             return self.strategy.logits(self.model, self.batch)
 
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
-        """One step with collectives counted and peak memory measured (the exact tracker on CPU,
-        the allocator on CUDA)."""
-        with comm.counting() as log:
+        """One step with collectives counted (tspbench's own as issued, torch's wrappers' at
+        dispatch level) and peak memory measured (the CPU tracker, the allocator on CUDA; the
+        dispatch tracker in a fake world)."""
+        with comm.counting() as log, C10dCounter(log, self.mesh.labels()) as c10d:
             if self.device.type == "cuda" and not self.fake:
                 with CudaPeak(self.device) as peak:
                     out = self.step()
@@ -120,13 +130,14 @@ class RankRun:
             else:
                 with MemoryTracker(capacity_bytes) as tracker:
                     tracker.register_model(self.model, self.optimizer)
+                    tracker.register(self.strategy.resident_tensors(), "other")
                     tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
                     tracker.reset_peak()
                     out = self.step(tracker)
                 memory = tracker.report()
         loss = out.item() if self.train and not self.fake else None
         state = persistent_bytes(self.model, self.optimizer)
-        return StepMeasurement(loss, list(log.records), memory, out, state)
+        return StepMeasurement(loss, list(log.records), memory, out, state, c10d.records)
 
     def counted_flops(self) -> int:
         """FLOPs of one step on this rank, by torch's FlopCounterMode. A step of its own: the

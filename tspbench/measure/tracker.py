@@ -2,11 +2,18 @@
 
 CUDA: the caching allocator's peaks (allocated and reserved), reset per window.
 
-CPU (exact): a dispatch-level tracker. Every op's output storages are recorded by storage
-identity with their bytes; a weakref finalizer subtracts them when the storage dies. Views share their
-base's storage and are counted once. What existed before the region (parameters, gradients,
-optimizer state, inputs) is registered first. Memory a backend allocates privately (gloo
-scratch buffers) is not seen.
+CPU: a dispatch-level tracker, exact for what it sees. Every op's output storages (issued in
+the thread that entered the tracker) are recorded by storage
+identity (not data pointer: 0 for every fake storage) with their bytes; a weakref
+finalizer subtracts them when the storage dies. Views share their base's storage and are
+counted once; a storage an op reallocates in place (``resize_``, an ``out=`` argument) is
+counted again at its new size, and so is one resized through ``UntypedStorage.resize_``, which
+bypasses the dispatcher (FSDP2 frees and re-allocates gathered weights with it). Wrapper
+subclasses (DTensor) count as the local tensors they hold. What existed before the region
+(parameters, gradients, optimizer state, inputs) is registered first. Not seen: storages
+created in another thread (the dispatch mode is per thread; tspbench's steps allocate in one),
+scratch a kernel allocates and frees inside one op (e.g. ~600 KB inside one CPU flash-attention
+call), and memory a backend allocates privately (gloo's buffers).
 
 Categories at the peak:
     parameters   registered model parameters
@@ -18,9 +25,11 @@ Categories at the peak:
                  inputs
 
 The tracker sees storages die when their last reference goes, whichever thread drops it: gloo's
-worker thread can hold a finished collective's buffer a moment after the program let go (seen
-in 2-15% of TP prefill steps: one more residual-stream buffer at the peak; never in training
-steps, whose peak falls elsewhere). NCCL's watchdog holds buffers the same way on GPUs.
+worker thread can hold a finished collective's buffer a moment after the program let go, so the
+same step can peak differently from run to run (seen: 40 identical TP-4 prefill steps peaked at
+4,162,824 B in most and 4,687,112 B, +12.6%, in 1-7 of them). A peak is therefore one step's,
+not a constant: bench records the spread over several steps. NCCL's watchdog holds buffers the
+same way on GPUs.
 
 An optional simulated capacity makes the CPU tracker raise ``torch.OutOfMemoryError`` when the
 live total would exceed it, so out-of-memory handling is testable exactly as on a GPU.
@@ -35,7 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 from tspbench.dist import comm
@@ -57,6 +66,7 @@ class MemoryReport:
     reserved_bytes: int | None = None
     method: str = "cpu-dispatch"
     phase: str = ""  # the step phase (forward, backward, optimizer) the peak fell in
+    phase_peaks: dict[str, int] = field(default_factory=dict)  # the highest live total in each phase
 
     def to_record(self, prefix: str = "peak_memory") -> dict[str, object]:
         record: dict[str, object] = {
@@ -66,6 +76,8 @@ class MemoryReport:
         }
         for cat in CATEGORIES:
             record[f"{prefix}_{cat}_bytes"] = self.by_category.get(cat, 0)
+        for phase, nbytes in self.phase_peaks.items():
+            record[f"{prefix}_in_{phase}_bytes"] = nbytes
         if self.reserved_bytes is not None:
             record[f"{prefix}_reserved_bytes"] = self.reserved_bytes
         return record
@@ -78,13 +90,18 @@ def storage_key(storage: torch.UntypedStorage) -> int:
 
 
 def _storages(t: Tensor) -> list[torch.UntypedStorage]:
-    """The storage behind ``t``. (tspbench never builds DTensors or async collective tensors, so
-    torch.distributed._tools' unwrapping, which costs 2.4 s to import, is not needed.)"""
+    """The storages behind ``t``: its own, or for a wrapper subclass (FSDP2's DTensor
+    parameters, gradients and optimizer state) those of the local tensors it wraps. (As
+    torch.distributed._tools.common_utils.get_untyped_storages does; that module costs 2.4 s to
+    import.)"""
+    if is_traceable_wrapper_subclass(t):
+        attrs, _ = t.__tensor_flatten__()
+        return [s for a in attrs if isinstance(inner := getattr(t, a), Tensor) for s in _storages(inner)]
     return [t.untyped_storage()]
 
 
 class MemoryTracker(TorchDispatchMode):
-    """Exact live-bytes accounting of tensor storages created inside ``with tracker:``.
+    """Live-bytes accounting of tensor storages created inside ``with tracker:`` (in this thread).
 
     Use ``register`` for what exists before, ``track_autograd`` around forward/backward so saved
     tensors and new gradients get their category, and ``mark_activations`` after the forward.
@@ -98,6 +115,7 @@ class MemoryTracker(TorchDispatchMode):
         self.totals = dict.fromkeys(CATEGORIES, 0)
         self.peak_totals = dict(self.totals)
         self.peak_phase = ""
+        self.phase_peaks: dict[str, int] = {}
         self.peak_seq = 0  # allocation number of the storage that set the peak
         self._seq = 0
         self._entries: dict[int, list] = {}  # storage key -> [nbytes, category, finalizer, number]
@@ -119,10 +137,13 @@ class MemoryTracker(TorchDispatchMode):
         self._entries[ptr] = [nbytes, category, finalizer, self._seq]
         self.live += nbytes
         self.totals[category] += nbytes
+        phase = comm.current_phase()
+        if self.live > self.phase_peaks.get(phase, 0):
+            self.phase_peaks[phase] = self.live
         if self.live > self.peak:
             self.peak = self.live
             self.peak_totals = dict(self.totals)
-            self.peak_phase = comm.current_phase()
+            self.peak_phase = phase
             self.peak_seq = self._seq
         if self.capacity_bytes is not None and self.live > self.capacity_bytes:
             raise torch.OutOfMemoryError(
@@ -147,6 +168,45 @@ class MemoryTracker(TorchDispatchMode):
         if entry is not None:
             self.live -= entry[0]
             self.totals[entry[1]] -= entry[0]
+
+    def _forget(self, key: int) -> str | None:
+        """Drop the entry of storage ``key`` without waiting for its storage to die (it was reallocated);
+        its category, or None if it was not tracked."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        entry[2].detach()
+        self.live -= entry[0]
+        self.totals[entry[1]] -= entry[0]
+        return entry[1]
+
+    def _resize_storage(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """``storage.resize_(nbytes)``, accounted: the old allocation dies, a new one is born.
+
+        FSDP2 frees an unsharded parameter by resizing its storage to zero and re-allocates it
+        the same way before the next all-gather; ``UntypedStorage.resize_`` bypasses the
+        dispatcher, so the tracker wraps it while active (as torch.distributed._tools.mem_tracker
+        does). A storage keeps its category across a resize; one re-allocated from zero starts
+        uncategorised.
+        """
+        category = self._forget(storage_key(storage))
+        self._original_resize(storage, nbytes)
+        if nbytes:
+            self._add(storage, category or "other")
+
+    def __enter__(self) -> MemoryTracker:
+        self._original_resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage: torch.UntypedStorage, nbytes: int) -> None:
+            tracker._resize_storage(storage, nbytes)
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
+        super().__exit__(*exc)
 
     def classify(self, tensor: Tensor, category: str) -> None:
         """Count ``tensor``'s storage under ``category`` (adding it if unseen)."""
@@ -175,10 +235,13 @@ class MemoryTracker(TorchDispatchMode):
         self.peak = self.live
         self.peak_totals = dict(self.totals)
         self.peak_phase = comm.current_phase()
+        self.phase_peaks = {}
         self.peak_seq = self._seq
 
     def report(self) -> MemoryReport:
-        return MemoryReport(self.peak, dict(self.peak_totals), None, "cpu-dispatch", self.peak_phase)
+        return MemoryReport(
+            self.peak, dict(self.peak_totals), None, "cpu-dispatch", self.peak_phase, dict(self.phase_peaks)
+        )
 
     @contextmanager
     def track_autograd(self, model: nn.Module) -> Iterator[None]:
@@ -200,16 +263,45 @@ class MemoryTracker(TorchDispatchMode):
             for h in handles:
                 h.remove()
 
+    def _reallocated(self, storage: torch.UntypedStorage) -> None:
+        """An op reallocated a storage in place (``resize_``, an ``out=`` op): drop its old entry
+        and count it again at its new size, in the same category."""
+        self._add(storage, self._forget(storage_key(storage)) or "other")
+
     # ---- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        written = [(s, s.data_ptr(), s.nbytes()) for t in _written(func, args, kwargs) for s in _storages(t)]
         out = func(*args, **(kwargs or {}))
         if func is _DEVICE:  # half of all calls under fake tensors: a device query allocates nothing
             return out
+        for storage, ptr, nbytes in written:
+            if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
+                self._reallocated(storage)
         for t in (out,) if isinstance(out, Tensor) else tree_leaves(out):
             if isinstance(t, Tensor):
                 for s in _storages(t):
                     self._add(s, "other")
         return out
+
+
+_WRITTEN_ARGS: dict[object, tuple[tuple[int, str], ...]] = {}
+
+
+def _written(func, args: tuple, kwargs: dict | None) -> list[Tensor]:
+    """The tensors ``func`` writes to (its schema's mutable arguments: ``self`` of an in-place op,
+    ``out=``), whose storages it may reallocate."""
+    if func not in _WRITTEN_ARGS:
+        schema = getattr(func, "_schema", None)
+        _WRITTEN_ARGS[func] = tuple(
+            (i, a.name)
+            for i, a in enumerate(schema.arguments if schema is not None else ())
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+    out = []
+    for i, name in _WRITTEN_ARGS[func]:
+        value = args[i] if i < len(args) else (kwargs or {}).get(name)
+        out += [t for t in tree_leaves(value) if isinstance(t, Tensor)]
+    return out
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
@@ -251,8 +343,8 @@ def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) 
     def total(tensors: Iterable[Tensor]) -> int:
         seen: dict[int, int] = {}
         for t in tensors:
-            s = t.untyped_storage()
-            seen[storage_key(s)] = s.nbytes()
+            for s in _storages(t):
+                seen[storage_key(s)] = s.nbytes()
         return sum(seen.values())
 
     params = list(model.parameters())

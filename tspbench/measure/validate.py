@@ -1,17 +1,26 @@
 """``tspbench validate``: a strategy against the single-device reference, from identical weights.
 
-Compared (relative error ||a - b|| / ||b||, worst over everything of a kind):
+Compared (relative error ||a - b|| / ||b||, worst over everything of a kind and over every rank:
+each rank's own copy of a replicated parameter is checked, not rank 0's for all):
     loss               the global mean loss of one training step
     logits             [dp B, S, V] at the initial weights, gathered to full shape
     grads              every parameter's gradient, gathered to full shape
-    params_after_step  every parameter after one AdamW step
+    params_after_step  every parameter after one AdamW step (in float64 only: the first AdamW
+                       step moves each weight by about lr x sign(g), so in lower precision a
+                       gradient element at rounding level flips a whole update)
 and the collectives each rank counted in the step against the strategy's analytic count
-(calls and message bytes per op, phase and group size must be equal).
+(calls and message bytes per op, phase, group (mesh axes and channel) and group size must be
+equal), and against what the dispatcher saw of them (every c10d op of the step,
+tspbench.dist.c10d_count). The parent holds every rank's full-shape copies at once: validate
+is meant for the CPU presets.
+
+Peak memory is that of a steady-state step: in training the second step, when the AdamW state
+exists (the first step's peak is reported beside it); in prefill the first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -52,7 +61,9 @@ class ModeResult:
     param_bytes: list[int]
     errors: dict[str, float]
     comm_ok: bool  # every rank's counted collectives equal the analytic count
+    dispatch_ok: bool  # ... and equal what the dispatcher saw (every c10d op of the step)
     worst_param: str = ""
+    first_step_peak_bytes: list[int] = field(default_factory=list)
 
     @property
     def comm_bytes(self) -> float:
@@ -60,47 +71,65 @@ class ModeResult:
 
 
 def _rank_validate(layout: Layout, workload: Workload) -> dict:
+    """Every rank's full-shape logits (and loss, gradients, parameters after one step), counted
+    collectives and peak memory (a steady-state step's; in training also the first step's)."""
     run = RankRun(layout, workload)
-    first = dist.get_rank() == 0 if dist.is_initialized() else True
-    out: dict = {}
+    out: dict = {"rank": dist.get_rank() if dist.is_initialized() else 0}
     if workload.mode == "train":
         with torch.no_grad():
-            logits = run.strategy.full_logits(run.strategy.logits(run.model, run.batch))
-        measured = run.measured_step()
-        grads = run.strategy.full_tensors(run.model, grads=True)
-        params = run.strategy.full_tensors(run.model)
-        if first:
-            out.update(loss=measured.loss, logits=logits, grads=grads, params=params)
+            out["logits"] = run.strategy.full_logits(run.strategy.logits(run.model, run.batch))
+        first = run.measured_step()
+        out.update(
+            loss=first.loss,
+            grads=_copies(run.strategy.full_tensors(run.model, grads=True)),
+            params=_copies(run.strategy.full_tensors(run.model)),  # replicated ones are views
+            first_step_peak=first.memory.peak_bytes,
+        )
+        steady = run.measured_step()  # AdamW state exists from here on
     else:
-        measured = run.measured_step()
-        logits = run.strategy.full_logits(measured.output)
-        if first:
-            out.update(logits=logits)
+        first = steady = run.measured_step()
+        out["logits"] = run.strategy.full_logits(first.output)
     out.update(
-        comm=measured.comm,
-        peak=measured.memory.peak_bytes,
-        param_bytes=measured.memory.by_category.get("parameters", 0),
+        comm=first.comm,
+        c10d=first.c10d,
+        peak=steady.memory.peak_bytes,
+        param_bytes=steady.memory.by_category.get("parameters", 0),
     )
     return out
 
 
+def _copies(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {name: t.clone() for name, t in tensors.items()}
+
+
+def worst_over_ranks(ranks: list[dict], key: str, reference: dict[str, Tensor]) -> tuple[float, str]:
+    """The worst relative error of any rank's ``key`` tensors against ``reference``, and where."""
+    worst_err, where = -1.0, ""
+    for r in ranks:
+        err, name = worst(r[key], reference)
+        if err > worst_err:
+            worst_err, where = err, f"{name} on rank {r['rank']}"
+    return worst_err, where
+
+
 def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) -> ModeResult:
-    """Run one mode of ``workload`` under ``layout`` and against the reference."""
+    """Run one mode of ``workload`` under ``layout`` and against the reference, on every rank."""
     cls = check_layout(layout, workload)
     with single_threaded():
-        reference = Reference(workload, layout.dp * workload.batch)
+        reference = Reference(workload, layout.data_degree * workload.batch)
         ref_logits = reference.logits()
         if workload.mode == "train":
             ref_loss = reference.train_step()
     ranks = launch(_rank_validate, layout.world_size, layout, workload, timeout=timeout)
-    got = ranks[0]
-    errors = {"logits": rel_err(got["logits"], ref_logits)}
+    errors = {"logits": max(rel_err(r["logits"], ref_logits) for r in ranks)}
     worst_param = ""
     if workload.mode == "train":
-        errors["loss"] = rel_err(torch.tensor(got["loss"], dtype=torch.float64), ref_loss)
-        errors["grads"], worst_param = worst(got["grads"], reference.tensors(grads=True))
-        errors["params_after_step"], worst_after = worst(got["params"], reference.tensors())
-        worst_param = f"{worst_param} (after step: {worst_after})"
+        errors["loss"] = max(rel_err(torch.tensor(r["loss"], dtype=torch.float64), ref_loss) for r in ranks)
+        errors["grads"], worst_param = worst_over_ranks(ranks, "grads", reference.tensors(grads=True))
+        after, worst_after = worst_over_ranks(ranks, "params", reference.tensors())
+        if workload.dtype == "float64":
+            errors["params_after_step"] = after
+        worst_param = f"{worst_param} (after step: {worst_after}, rel err {after:.1e})"
     analytic = cls.comm_volume(layout, workload)
     return ModeResult(
         comm=max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))["comm"],
@@ -109,27 +138,31 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
         param_bytes=[r["param_bytes"] for r in ranks],
         errors=errors,
         comm_ok=all(summarize(r["comm"]) == summarize(analytic) for r in ranks),
+        dispatch_ok=all(summarize(r["comm"]) == summarize(r["c10d"]) for r in ranks),
         worst_param=worst_param,
+        first_step_peak_bytes=[r.get("first_step_peak", r["peak"]) for r in ranks],
     )
 
 
 def validate(
     layout: Layout, workload: Workload, modes: tuple[str, ...] = ("train", "infer"), timeout: float = 600.0
 ) -> dict:
-    """The `tspbench validate` record: errors per kind (worst over modes), comm, memory, passed."""
+    """The `tspbench validate` record: errors per kind (worst over modes and ranks), comm, memory,
+    passed."""
     check_layout(layout, workload)
     tol = TOLERANCE[workload.dtype]
     per_mode = {m: validate_mode(layout, workload.with_(mode=m), timeout) for m in modes}
-    max_err = {k: 0.0 for k in ("loss", "logits", "grads", "params_after_step")}
+    max_err: dict[str, float] = {}
     for result in per_mode.values():
-        for key in max_err:
-            max_err[key] = max(max_err[key], result.errors.get(key, 0.0))
+        for key, err in result.errors.items():
+            max_err[key] = max(max_err.get(key, 0.0), err)
     comm_ok = all(r.comm_ok for r in per_mode.values())
+    dispatch_ok = all(r.dispatch_ok for r in per_mode.values())
     main = per_mode.get("train") or next(iter(per_mode.values()))
     return {
         "strategy": layout.strategy,
         "layout": layout.describe(),
-        **{k: layout.degree(k) for k in ("dp", "tp", "sp", "tsp")},
+        **layout.degrees(),
         "world_size": layout.world_size,
         "model": workload.model.name,
         "seq_len": workload.seq_len,
@@ -143,17 +176,21 @@ def validate(
         "comm_bytes_per_step": main.comm_bytes,
         "comm_bytes_per_step_by_mode": {m: r.comm_bytes for m, r in per_mode.items()},
         "comm_matches_analytic": comm_ok,
+        "comm_matches_dispatch": dispatch_ok,
         "comm_counted": {m: _summary_json(r.comm) for m, r in per_mode.items()},
         "comm_analytic": {m: _summary_json(r.analytic) for m, r in per_mode.items()},
+        "ranks_compared": layout.world_size,
         "peak_memory_bytes": max(main.peak_bytes),
         "peak_memory_bytes_per_rank": main.peak_bytes,
+        "peak_memory_step": "second (AdamW state exists)" if main is per_mode.get("train") else "first",
+        "peak_memory_first_step_bytes": max(main.first_step_peak_bytes),
         "parameter_bytes_per_rank": main.param_bytes,
-        "passed": comm_ok and all(v <= tol for v in max_err.values()),
+        "passed": comm_ok and dispatch_ok and all(v <= tol for v in max_err.values()),
     }
 
 
 def _summary_json(records: list[CommRecord]) -> list[dict]:
     return [
-        {"op": op, "phase": phase, "group_size": n, "calls": calls, "msg_bytes": nbytes}
-        for (op, phase, n), (calls, nbytes) in summarize(records).items()
+        {"op": op, "phase": phase, "group": g, "group_size": n, "calls": calls, "msg_bytes": nbytes}
+        for (op, phase, g, n), (calls, nbytes) in summarize(records).items()
     ]

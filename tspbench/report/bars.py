@@ -40,43 +40,57 @@ MAX_BAR_PANELS = 5
 
 def memory_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
     """(e) Predicted vs measured peak memory, y = x and the ±10% band: how far to trust the model."""
-    ok = df[(df["status"] == "completed") & df["measured_peak"].notna() & df["pred_peak"].notna()]
+    return parity(df, ctx, "measured_peak", "pred_peak", "peak memory", 0.10, bytes_=True)
+
+
+def time_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
+    """Predicted vs measured step time (the median), y = x and the ±25% band."""
+    return parity(df, ctx, "measured_time", "pred_time", "step time", 0.25, bytes_=False)
+
+
+def parity(
+    df: pd.DataFrame, ctx: Context, measured: str, predicted: str, what: str, band: float, bytes_: bool
+) -> Figure | None:
+    """Every completed point with both values: predicted on x, measured on y, the worst error named."""
+    ok = df[(df["status"] == "completed") & df[measured].notna() & df[predicted].notna()]
     if ok.empty:
         return None
-    unit, scale = st.byte_unit([*ok["measured_peak"], *ok["pred_peak"]])
+    unit, scale = st.byte_unit([*ok[measured], *ok[predicted]]) if bytes_ else ("s", 1.0)
     style = st.SeriesStyle(series_list(ok), ctx.strategies)
     fig = st.new_figure(7.0, 5.2)  # the axes come out about square: y = x at 45 degrees
     ax = fig.subplots()
-    keys = parity_axes(ax, [*ok["measured_peak"] / scale, *ok["pred_peak"] / scale])
+    keys = parity_axes(ax, [*ok[measured] / scale, *ok[predicted] / scale], band)
     for label in style.labels:
         rows = ok[ok["series"] == label]
         line = {**style.line(label), "linestyle": "", "markersize": 7.5}
-        ax.plot(rows["pred_peak"] / scale, rows["measured_peak"] / scale, zorder=4, **line)
-    ax.set_xlabel(f"predicted peak memory per {ctx.noun} ({unit})")
-    ax.set_ylabel(f"{ctx.executed} peak memory per {ctx.noun} ({unit})")
+        ax.plot(rows[predicted] / scale, rows[measured] / scale, zorder=4, **line)
+    per = f" per {ctx.noun}" if bytes_ else ""
+    ax.set_xlabel(f"predicted {what}{per} ({unit})")
+    ax.set_ylabel(f"{ctx.executed} {what}{per} ({unit})")
     handles = [*series_handles(style), *keys]
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
-    err = (ok["pred_peak"] / ok["measured_peak"] - 1) * 100
+    err = (ok[predicted] / ok[measured] - 1) * 100
     worst = ok.loc[err.abs().idxmax()]
     stats = (
         f"{len(ok)} points: median |error| {err.abs().median():.1f}%, worst {err.abs().max():.1f}% "
         f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])}"
         f"{', recompute ' + worst['recompute'] if ok['recompute'].nunique() > 1 else ''})"
     )
-    fig.suptitle(ctx.title(f"Predicted vs {ctx.executed} peak memory per {ctx.noun}\n{stats}", ok))
+    fig.suptitle(ctx.title(f"Predicted vs {ctx.executed} {what}{per}\n{stats}", ok))
     return fig
 
 
-def parity_axes(ax: Axes, values: list[float]) -> list:
+def parity_axes(ax: Axes, values: list[float], band: float = 0.10) -> list:
     """Equal axes over the values (log when they span more than 8x), the y = x line and the band
-    where the prediction is within ±10% of the measurement (predicted / measured - 1)."""
+    where the prediction is within ±``band`` of the measurement (predicted / measured - 1)."""
     lo, hi = min(values), max(values)
     log = hi / lo > 8
     lo, hi = (lo / 1.25, hi * 1.25) if log else (0.0, hi * 1.08)
     grid = np.geomspace(lo, hi, 64) if log else np.linspace(lo, hi, 64)
-    band = ax.fill_between(
-        grid, grid / 1.1, grid / 0.9, color="#bbbbbb", alpha=0.4, lw=0, label="within ±10%"
-    )
+    shade = ax.fill_between(
+        grid, grid / (1 + band), grid / (1 - band), color="#bbbbbb", alpha=0.4, lw=0,
+        label=f"within ±{band:.0%}",
+    )  # fmt: skip
     (line,) = ax.plot(grid, grid, color=st.CAPACITY_COLOR, lw=1, ls="--", label="prediction = measurement")
     if log:
         ax.set(xscale="log", yscale="log")
@@ -86,7 +100,7 @@ def parity_axes(ax: Axes, values: list[float]) -> list:
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(st.count_formatter(axis))
     ax.set(xlim=(lo, hi), ylim=(lo, hi))
-    return [band, line]
+    return [shade, line]
 
 
 # ----------------------------------------------------------------------------- stacked bars

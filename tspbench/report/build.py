@@ -92,6 +92,8 @@ FIGURES = (
                "no layout was run at more than one micro-batch size"),
     FigureSpec(bars.memory_parity, "predicted vs measured peak memory, y = x and the ±10% band",
                "no completed point has both a measured and a predicted peak"),
+    FigureSpec(bars.time_parity, "predicted vs measured step time, y = x and the ±25% band",
+               "no completed point has both a measured and a predicted step time"),
     FigureSpec(bars.comm_by_op, "communication bytes per step by collective and layout",
                "no completed point communicates"),
     FigureSpec(bars.memory_breakdown, "peak memory by category (parameters to activations) per "

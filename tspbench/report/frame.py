@@ -18,7 +18,7 @@ import pandas as pd
 from tspbench.core.names import AXES, CATEGORIES, PHASES
 from tspbench.core.units import degrees_text
 
-STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "tp", "sp", "tp_sp", "tsp"))}
+STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "fsdp", "tp", "sp", "tp_sp", "fsdp_sp", "tsp"))}
 RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
 
 
@@ -78,6 +78,8 @@ def add_metrics(df: pd.DataFrame, predicted: pd.Series) -> None:
     df["measured_peak"] = peak.where(~predicted & done)
     df["pred_peak"] = peak.where(predicted, column(df, "predicted_peak_memory_bytes"))
     df["error_pct"] = (df["pred_peak"] / df["measured_peak"] - 1) * 100
+    df["measured_time"] = column(df, "step_time_s").where(~predicted & done)
+    df["pred_time"] = column(df, "predicted_step_time_s").where(~predicted)
     df["capacity"] = column(df, "capacity_bytes")
     df["oom_at"] = df["pred_peak"].fillna(df["capacity"]).where(df["status"] == "oom")
     df["tput"] = column(df, "tokens_per_s_per_gpu").where(done)

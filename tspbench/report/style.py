@@ -27,11 +27,14 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from tspbench.sweep.store import write_atomic
 
 _CB = sns.color_palette("colorblind").as_hex()
-KNOWN_STRATEGIES = ("dp", "tp", "sp", "tp_sp", "tsp")
-STRATEGY_COLORS = {"dp": _CB[7], "tp": _CB[0], "sp": _CB[2], "tp_sp": _CB[4], "tsp": _CB[3]}
-STRATEGY_MARKERS = {"dp": "v", "tp": "s", "sp": "^", "tp_sp": "D", "tsp": "o"}
-EXTRA_COLORS = [_CB[i] for i in (1, 5, 6, 8, 9)] + sns.color_palette("dark", 10).as_hex()
-EXTRA_MARKERS = ("P", "X", "*", "h", "<", ">", "p", "d")
+KNOWN_STRATEGIES = ("dp", "tp", "sp", "tp_sp", "tsp", "fsdp", "fsdp_sp")
+STRATEGY_COLORS = {
+    "dp": _CB[7], "tp": _CB[0], "sp": _CB[2], "tp_sp": _CB[4], "tsp": _CB[3],
+    "fsdp": _CB[5], "fsdp_sp": _CB[9],
+}  # fmt: skip
+STRATEGY_MARKERS = {"dp": "v", "tp": "s", "sp": "^", "tp_sp": "D", "tsp": "o", "fsdp": "h", "fsdp_sp": "P"}
+EXTRA_COLORS = [_CB[i] for i in (1, 6, 8)] + sns.color_palette("dark", 10).as_hex()
+EXTRA_MARKERS = ("*", "<", ">", "p", "d", "H", "8")
 DASHES = ("", (5, 2), (1.5, 1.5), (6, 1.5, 1.5, 1.5), (3, 1), (8, 2, 2, 2, 2, 2))
 FILLS = ("full", "none", "left", "top", "bottom", "right")
 
@@ -73,7 +76,7 @@ RC = {
 
 
 def strategy_style(strategies: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """(color, marker) per strategy: fixed for the known five, the next free ones for the rest."""
+    """(color, marker) per strategy: fixed for the built-in ones, the next free ones for the rest."""
     out = {s: (STRATEGY_COLORS[s], STRATEGY_MARKERS[s]) for s in KNOWN_STRATEGIES}
     extra = sorted(set(strategies) - set(KNOWN_STRATEGIES))
     for i, name in enumerate(extra):

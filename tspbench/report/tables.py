@@ -21,6 +21,9 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         f"peak {word} ({mem_unit})": (df["measured_peak"] / mem_scale).round(2),
         f"peak predicted ({mem_unit})": (df["pred_peak"] / mem_scale).round(2),
         "prediction error (%)": df["error_pct"].round(1) + 0.0,  # + 0.0: no "-0.0"
+        "step measured (ms)": (df["measured_time"] * 1e3).round(1),
+        "step predicted (ms)": (df["pred_time"] * 1e3).round(1),
+        "step error (%)": ((df["pred_time"] / df["measured_time"] - 1) * 100).round(1) + 0.0,
         f"tokens/s per {noun}": df["tput"].round(1),
         f"TFLOP/s per {noun}": df["tflops"].apply(lambda v: float(f"{v:.4g}") if v == v else v),
         "MFU (%)": df["mfu_pct"].round(1),
@@ -33,8 +36,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-FORMATS = {"peak": "{:,.2f}", "prediction error": "{:+.1f}", "tokens/s": "{:,.1f}", "TFLOP/s": "{:.4g}",
-           "MFU": "{:.1f}", "comm": "{:,.2f}"}  # fmt: skip
+FORMATS = {"peak": "{:,.2f}", "prediction error": "{:+.1f}", "step error": "{:+.1f}", "step": "{:,.1f}",
+           "tokens/s": "{:,.1f}", "TFLOP/s": "{:.4g}", "MFU": "{:.1f}", "comm": "{:,.2f}"}  # fmt: skip
 
 
 def markdown(table: pd.DataFrame) -> str:

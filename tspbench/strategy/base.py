@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from tspbench.core.errors import LayoutError
 from tspbench.core.names import AXES
@@ -50,8 +51,10 @@ class Strategy:
     name: ClassVar[str] = ""
     axes: ClassVar[tuple[str, ...]] = ()  # model-parallel axes this strategy uses, outer to inner
     sequence_axis: ClassVar[str | None] = None  # axis the tokens are zigzag-sharded over
+    batch_axes: ClassVar[tuple[str, ...]] = ()  # axes besides dp that split the batch (fsdp)
     vocab_axis: ClassVar[str | None] = None  # axis the logits' vocabulary is sharded over
     weight_axes: ClassVar[tuple[str, ...]] = ()  # axes that shard the weights (1/product per rank)
+    padded_shards: ClassVar[bool] = False  # FSDP: flat dim-0 shards, padded; sizes need not divide
     channels: ClassVar[int] = 1  # independent communicators per axis
     summary: ClassVar[str] = ""
 
@@ -67,7 +70,13 @@ class Strategy:
 
     @classmethod
     def data_axes(cls) -> tuple[str, ...]:
-        return ("dp", cls.sequence_axis) if cls.sequence_axis else ("dp",)
+        """Axes over which ranks see different tokens: their gradients are summed over these."""
+        return cls.batch_split_axes() + ((cls.sequence_axis,) if cls.sequence_axis else ())
+
+    @classmethod
+    def batch_split_axes(cls) -> tuple[str, ...]:
+        """Axes over which ranks take different sequences (dp, and fsdp's ranks)."""
+        return ("dp", *cls.batch_axes)
 
     @classmethod
     def check(cls, layout: Layout, workload: Workload) -> None:
@@ -81,7 +90,7 @@ class Strategy:
         if layout.strategy != cls.name:
             raise LayoutError(f"layout names strategy {layout.strategy!r}, not {cls.name!r}")
         cfg = workload.model
-        for axis in cls.weight_axes:  # heads, MLP width and vocabulary are split over these
+        for axis in () if cls.padded_shards else cls.weight_axes:  # heads, MLP, vocabulary split
             for what in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size"):
                 divisible(getattr(cfg, what), layout.degree(axis), what, axis)
         if cls.sequence_axis:
@@ -91,6 +100,12 @@ class Strategy:
                     f"seq_len {workload.seq_len} must be divisible by 2 x "
                     f"{cls.sequence_axis} = {2 * parts} (zigzag chunks)"
                 )
+
+    @classmethod
+    def fake_world_obstacle(cls, layout: Layout, workload: Workload) -> str | None:
+        """Why this point cannot execute under fake tensors (tspbench.measure.fake), or None.
+        Strategies whose wrapper reads tensor data outside the dispatcher say so here."""
+        return None
 
     @classmethod
     def comm_volume(cls, layout: Layout, workload: Workload) -> list[CommRecord]:
@@ -172,6 +187,15 @@ class Strategy:
     def transform(self, model: Transformer) -> None:
         """Swap hook points and modules for this strategy's collectives (on the meta model)."""
 
+    def wrap(self, model: nn.Module) -> None:
+        """Hand the built model, its weights materialized, to torch's own parallel wrappers
+        (DDP's reducer, FSDP2's fully_shard), in place: it keeps its parameter names."""
+
+    def resident_tensors(self) -> list[Tensor]:
+        """Buffers a wrapper holds across steps besides parameters, gradients and optimizer
+        state (DDP's gradient buckets): the CPU memory tracker counts them from a step's start."""
+        return []
+
     def _meta_model(self) -> Transformer:
         with torch.device("meta"):
             model = Transformer(self.config, seed=None)
@@ -187,6 +211,7 @@ class Strategy:
             module_name, _, attr = name.rpartition(".")
             setattr(model.get_submodule(module_name), attr, nn.Parameter(self.materialize(placement)))
         model.set_recompute(self.workload.recompute)
+        self.wrap(model)
         return model
 
     @classmethod
@@ -236,8 +261,10 @@ class Strategy:
 
     # ------------------------------------------------------------------ data and loss
     def shard_batch(self, tokens: Tensor, targets: Tensor) -> LocalBatch:
-        """Split the global batch [dp B, S]: batch over dp, sequence zigzag over ``sequence_axis``."""
-        dp, r = self.mesh.size("dp"), self.mesh.index("dp")
+        """Split the global batch [dp B, S]: batch over dp (and ``batch_axes``), sequence zigzag
+        over ``sequence_axis``."""
+        split = self.group(*self.batch_split_axes())
+        dp, r = split.size, split.rank
         tokens, targets = tokens.chunk(dp, dim=0)[r], targets.chunk(dp, dim=0)[r]
         seq_len = tokens.shape[1]
         global_tokens = dp * tokens.numel()
@@ -280,6 +307,8 @@ class Strategy:
             local = p.grad if grads else p.detach()
             if local is None:
                 local = torch.zeros_like(p)
+            if isinstance(local, DTensor):  # FSDP2's shards: DTensor gathers itself
+                local = local.full_tensor()
             out.update(self._unshard(self.placements[name], local))
         return out
 
@@ -309,7 +338,7 @@ class Strategy:
             logits = zigzag_unshard(
                 comm.all_gather(logits.contiguous(), self.group(self.sequence_axis)), dim=1
             )
-        return comm.all_gather(logits.contiguous(), self.group("dp"), dim=0)
+        return comm.all_gather(logits.contiguous(), self.group(*self.batch_split_axes()), dim=0)
 
 
 _PARAMETER_PLANS: dict[tuple, dict[str, tuple[tuple[int, ...], Placement]]] = {}

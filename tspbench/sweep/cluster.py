@@ -23,6 +23,7 @@ PROFILE = {
     "partition": Field(STR, None, nullable=True),
     "account": Field(STR, None, nullable=True),
     "gpus_per_node": Field(INT, None, minimum=1, required=True),  # ranks per node (GPUs on cuda)
+    "nodes": Field(INT, None, nullable=True, minimum=1),  # the most nodes a job may span (else: sinfo)
     "cpus_per_task": Field(INT, 1, minimum=1),
     "mem": Field(STR, None, nullable=True),  # sbatch --mem per node, e.g. "0" (all) or "500G"
     "time": Field(INT, 60, minimum=1),  # the most minutes one job may ask for

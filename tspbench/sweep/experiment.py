@@ -195,12 +195,16 @@ def model_config(model: dict[str, Any]) -> ModelConfig:
 
 
 def check_capacity(value: Any, path: str) -> int | None:
-    if value is None or isinstance(value, int):
-        return value
+    """A simulated device size: bytes (an integer) or a size text, at least 1 byte; None: none."""
+    if value is None:
+        return None
     try:
-        return parse_bytes(value)
-    except Exception:
-        raise SchemaError(path, f"not a size: {value!r} (e.g. 256MiB, 2GB, 1e9)") from None
+        nbytes = parse_bytes(value) if isinstance(value, str) else value
+    except ValueError:
+        nbytes = None
+    if isinstance(value, bool) or not isinstance(nbytes, int) or nbytes < 1:
+        raise SchemaError(path, f"not a size of at least 1 byte: {value!r} (e.g. 256MiB, 2GB, 1e9)")
+    return nbytes
 
 
 def _check_axes(axes: dict[str, Any], path: str, length: int | None = None) -> dict[str, list[Any]]:

@@ -1,7 +1,7 @@
 """The local and predict executors: points measured (or predicted) one after another, here
 (the fake executor, tspbench.sweep.fake, runs its points through ``run_local`` too).
 
-``measure_local`` runs a point through ``tspbench.measure.bench.bench``, which turns OOM, a
+``measurer`` runs a point through ``tspbench.measure.bench.bench``, which turns OOM, a
 crashing rank and a hang into statuses; anything else that escapes is recorded ``failed``
 with its traceback. Ctrl-C puts the running point back to pending. One sweep per results folder
 at a time (``sweep_lock``): a second would rerun the first one's running point.
@@ -29,18 +29,16 @@ from tspbench.sweep.store import Store, exclusive, now, pid_alive, read_json
 Measure = Callable[[Point], dict[str, Any]]
 
 
-def measure_local(point: Point) -> dict[str, Any]:
-    """One point on this machine: bench() turns OOM, crashes and hangs into statuses."""
-    m = point.config["measure"]
-    return bench(
-        point.layout,
-        point.workload,
-        m["steps"],
-        m["warmup"],
-        m["repeats"],
-        m["capacity_bytes"],
-        point.timeout,
-    )
+def measurer(hardware: str | None) -> Measure:
+    """Points measured on this machine (bench() turns OOM, crashes and hangs into statuses), each
+    record with the model's prediction for ``hardware`` beside it (None: no predicted time)."""
+
+    def measure(point: Point) -> dict[str, Any]:
+        m = point.config["measure"]
+        steps, warmup, repeats, capacity = m["steps"], m["warmup"], m["repeats"], m["capacity_bytes"]
+        return bench(point.layout, point.workload, steps, warmup, repeats, capacity, point.timeout, hardware)
+
+    return measure
 
 
 def predictor(hardware: str) -> Measure:
@@ -77,7 +75,7 @@ def sweep_lock(store: Store) -> Iterator[None]:
 def run_local(
     points: list[Point],
     store: Store,
-    measure: Measure = measure_local,
+    measure: Measure,
     executor: str = "local",
     progress: Progress | None = None,
 ) -> None:

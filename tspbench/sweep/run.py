@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from tspbench.core.errors import UsageError
+from tspbench.core.errors import LayoutError, UsageError
 from tspbench.measure.fake_cuda import preload_env
+from tspbench.strategy import check_fake_world
 from tspbench.sweep import fake, local, slurm
 from tspbench.sweep.cluster import Profile, load_profile
 from tspbench.sweep.experiment import Experiment, load_experiment
@@ -43,11 +44,23 @@ class Sweep:
     def gpus_per_node(self) -> int | None:
         return self.profile.gpus_per_node if self.profile is not None else None
 
+    @property
+    def prediction_hardware(self) -> str | None:
+        """The profile measured points are predicted for: the experiment's ``hardware``, else this
+        kind of host's ``cpu`` profile when every point runs on CPU."""
+        if self.experiment.hardware:
+            return self.experiment.hardware
+        return "cpu" if all(p.config["workload"]["device"] == "cpu" for p in self.points) else None
+
 
 def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster: str | None) -> Sweep:
     """Load and validate everything a run needs; raises UsageError (exit 2) on bad input."""
     exp = load_experiment(path, overrides)
-    executor = executor or exp.executor
+    if cluster is not None and executor not in (None, "slurm"):
+        raise UsageError(
+            f"--cluster {cluster}: a cluster profile is for the slurm executor, not --executor {executor}"
+        )
+    executor = executor or ("slurm" if cluster is not None else exp.executor)  # --cluster implies slurm
     cluster = cluster or exp.cluster
     if executor == "slurm" and cluster is None:
         raise UsageError(
@@ -60,6 +73,7 @@ def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster
     points, skipped = expand(exp, method, exp.hardware)
     if executor == "slurm":
         profile.check_points(points, exp.path)
+        slurm.check_cluster_size(points, profile, exp.path)
     if executor == "predict":
         _check_predictor(exp, points)
     if executor == "local":
@@ -97,11 +111,30 @@ def _check_fake_devices(exp: Experiment, points: list[Point]) -> None:
             preload_env(device)
         except UsageError as exc:
             raise UsageError(f"{exp.path}: device {device} with the fake executor: {exc}") from None
-
-
-def select(points: list[Point], store: Store, retry_failed: bool) -> list[Point]:
-    """Write every point's folder (point.json, pending) and return those that need a run."""
     for point in points:
+        try:
+            check_fake_world(point.layout, point.workload)
+        except LayoutError as exc:
+            where = ", ".join(point.origin) or "the point"
+            raise UsageError(f"{exp.path}: {where}: {exc}") from None
+
+
+def select(
+    points: list[Point], store: Store, retry_failed: bool, notes: list[str] | None = None
+) -> list[Point]:
+    """Write every point's folder (point.json, pending) and return those that need a run.
+
+    A damaged folder (a file that does not parse, or parses to the wrong shape) is not done:
+    its files are moved aside, never overwritten, the point runs again, and ``notes`` says so.
+    """
+    notes = [] if notes is None else notes
+    for point in points:
+        problems = store.problems(point.run_id)
+        if problems:
+            aside = store.quarantine(point.run_id)
+            notes += [
+                f"{problem}; moved to {aside.name}/ beside it, the point runs again" for problem in problems
+            ]
         store.prepare(point.to_json())
     return [p for p in points if store.needs_run(p.run_id, retry_failed)]
 
@@ -123,14 +156,17 @@ def interrupt_on_sigterm() -> Iterator[None]:
 def run_sweep(
     sweep: Sweep, store: Store, retry_failed: bool, progress: Progress | None = None
 ) -> list[Point]:
-    """Run the points that need it (one sweep per results folder at a time); returns them.
-    KeyboardInterrupt (Ctrl-C, SIGTERM) leaves the current point pending and propagates."""
-    lock = local.sweep_lock(store) if sweep.executor != "slurm" else nullcontext()
-    with interrupt_on_sigterm(), lock:
-        todo = select(sweep.points, store, retry_failed)
+    """Run the points that need it (one sweep per results folder at a time, whatever the
+    executor: a second would run every point again); returns them. KeyboardInterrupt (Ctrl-C,
+    SIGTERM) leaves the current point pending and propagates."""
+    with interrupt_on_sigterm(), local.sweep_lock(store):
+        notes: list[str] = []
+        todo = select(sweep.points, store, retry_failed, notes)
         write_json(store.root / "experiment.json", experiment_json(sweep))
         progress = progress or Progress(len(todo))
         progress.total = len(todo)
+        for note in notes:
+            progress.note(note)
         progress.note(
             f"{sweep.experiment.name}: {len(sweep.points)} points, {len(sweep.points) - len(todo)} already "
             f"done, {len(todo)} to run with the {sweep.executor} executor -> {store.root}"
@@ -142,14 +178,15 @@ def run_sweep(
 def execute(sweep: Sweep, todo: list[Point], store: Store, progress: Progress) -> None:
     """Hand the points to the sweep's executor."""
     if sweep.executor == "slurm":
-        slurm.run_slurm(todo, store, sweep.profile, progress)
+        slurm.run_slurm(todo, store, sweep.profile, progress, sweep.prediction_hardware)
         return
     if sweep.executor == "fake":
         fake.run_fake(todo, store, progress)
         return
-    measure = (
-        local.measure_local if sweep.executor == "local" else local.predictor(sweep.experiment.hardware or "")
-    )
+    if sweep.executor == "local":
+        measure = local.measurer(sweep.prediction_hardware)
+    else:
+        measure = local.predictor(sweep.experiment.hardware or "")
     local.run_local(todo, store, measure, sweep.executor, progress)
 
 

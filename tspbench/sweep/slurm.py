@@ -7,6 +7,11 @@ is tspbench.sweep.slurm_job. The sweep watches its jobs through ``squeue``/``sac
 with a timeout), and maps a job that ended without recording anything to a status
 (``SLURM_OUTCOMES``); without accounting Slurm forgets finished jobs and submitit sees UNKNOWN,
 so a job that has left the queue without a word is recorded ``failed`` after a grace period.
+A job pending for a reason that waiting never clears (``never_starts``: it asks for more
+nodes or time than its partition has, or breaks a per-job limit) is cancelled and recorded
+``failed`` at once. Before anything is submitted (and in ``--dry-run``), ``check_cluster_size``
+refuses a world larger than the cluster: the profile's ``nodes`` x ``gpus_per_node``, and the
+partition's node count from ``sinfo`` when it answers.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import shutil
 import subprocess
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import submitit
 
@@ -31,6 +37,7 @@ from tspbench.sweep.store import Store
 
 START_MARGIN_MIN = 3  # job time limit = point timeout + this (imports, rendezvous, writing)
 QUERY_TIMEOUT_S = 30.0
+SINFO_TIMEOUT_S = 10.0  # before anything is submitted: a controller that does not answer is skipped
 VANISHED_GRACE_S = 15.0
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
           "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}  # fmt: skip
@@ -45,9 +52,62 @@ SLURM_OUTCOMES = {
     "BOOT_FAIL": "failed",
     "COMPLETED": "failed",  # completed without a record: the task died before writing
 }
+# Pending reasons (squeue %r, slurm.schedmd.com/job_reason_codes.html) that waiting never clears:
+# the job asks for more than its partition, account or QOS allows any one job.
+NEVER_STARTS = {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionConfig", "BadConstraints",
+                "DependencyNeverSatisfied", "InvalidAccount", "InvalidQOS", "AccountNotAllowed",
+                "QOSNotAllowed"}  # fmt: skip
+
+
+def never_starts(reason: str) -> bool:
+    """True for a pending reason no amount of waiting clears (also any per-job limit, e.g.
+    QOSMaxNodePerJobLimit, AssocMaxWallDurationPerJobLimit)."""
+    name = reason.strip("()").split(",")[0].strip()
+    return name in NEVER_STARTS or (name.startswith(("AssocMax", "QOSMax")) and "PerJob" in name)
 
 
 # ----------------------------------------------------------------------------- submitting
+
+
+def partition_nodes(partition: str | None) -> int | None:
+    """Nodes in ``partition`` (None: the default one) as sinfo counts them, or None when sinfo is
+    missing or does not answer within SINFO_TIMEOUT_S."""
+    if shutil.which("sinfo") is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %P"], capture_output=True, text=True, timeout=SINFO_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    nodes = set()
+    for line in done.stdout.splitlines():
+        node, _, part = line.strip().partition(" ")
+        if part.rstrip("*") == partition or (partition is None and part.endswith("*")):
+            nodes.add(node)
+    return len(nodes) or None
+
+
+def check_cluster_size(points: list[Point], profile: Profile, experiment: Path) -> None:
+    """Refuse (UsageError, one line) a point whose world needs more nodes than the cluster has:
+    the profile's ``nodes``, and the partition's size from sinfo when it answers."""
+    limits = [(profile.nodes, f"cluster profile {profile.path} (nodes: {profile.nodes})")]
+    counted = partition_nodes(profile.partition)
+    where = f"partition {profile.partition}" if profile.partition else "the default partition"
+    limits.append((counted, f"{where} (sinfo: {counted} nodes)"))
+    known = [(n, source) for n, source in limits if n is not None]
+    if not known:
+        return
+    limit, source = min(known)
+    gpn = profile.gpus_per_node
+    for p in points:
+        if p.nodes(gpn) > limit:
+            raise UsageError(
+                f"{experiment}: point {p.label} needs {p.world_size} ranks = {p.nodes(gpn)} nodes of "
+                f"{gpn}, but {source} allows {limit} nodes ({limit * gpn} ranks); use a smaller layout"
+            )
 
 
 def _require_slurm() -> None:
@@ -57,9 +117,10 @@ def _require_slurm() -> None:
 
 
 def submit(
-    points: list[Point], store: Store, profile: Profile, progress: Progress
+    points: list[Point], store: Store, profile: Profile, progress: Progress, hardware: str | None = None
 ) -> list[tuple[Point, str]]:
-    """Submit ``points`` as one job array per (nodes, tasks per node, time limit)."""
+    """Submit ``points`` as one job array per (nodes, tasks per node, time limit); each record
+    carries the model's prediction for ``hardware``."""
     groups: dict[tuple[int, int, int], list[Point]] = defaultdict(list)
     for p in points:
         gpn = profile.gpus_per_node
@@ -75,7 +136,7 @@ def submit(
             store.queue(p.run_id, executor="slurm", slurm_job_id=None)
         try:
             with executor.batch():
-                jobs = [executor.submit(PointTask(str(store.root), p.to_json())) for p in group]
+                jobs = [executor.submit(PointTask(str(store.root), p.to_json(), hardware)) for p in group]
         except Exception as exc:  # sbatch rejected it: the points fail, the other groups go on
             message = f"sbatch failed: {str(exc).strip()[:2000]}"
             progress.note(f"{nodes} node(s) x {tasks} task(s): {message}")
@@ -111,22 +172,26 @@ def _expand(job: str) -> list[str]:
     return out
 
 
-def job_states(job_ids: set[str]) -> tuple[dict[str, str], bool]:
-    """Job id -> Slurm state (squeue first, it knows live jobs; then sacct); and whether squeue
-    answered (if not, nothing may be concluded from a job's absence)."""
+def job_states(job_ids: set[str]) -> tuple[dict[str, str], dict[str, str], bool]:
+    """Job id -> Slurm state (squeue first, it knows live jobs; then sacct); job id -> squeue's
+    reason; and whether squeue answered (if not, nothing may be concluded from a job's absence)."""
     if not job_ids:
-        return {}, True
+        return {}, {}, True
     mains = sorted({j.split("_")[0] for j in job_ids})
     states: dict[str, str] = {}
+    reasons: dict[str, str] = {}
     acct = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(mains)])
     # all of the user's jobs, not -j: squeue fails on ids it has already forgotten
-    queue = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T", "-u", getpass.getuser()])
+    queue = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T %r", "-u", getpass.getuser()])
     for text, sep in ((acct, "|"), (queue, " ")):
         for line in (text or "").splitlines():
-            job, _, state = line.strip().partition(sep)
+            job, _, rest = line.strip().partition(sep)
+            state, _, reason = rest.strip().partition(" ")
             for jid in _expand(job):
-                states[jid] = state.split()[0] if state.split() else "UNKNOWN"
-    return states, queue is not None
+                states[jid] = state.split()[0] if state else "UNKNOWN"
+                if text is queue:
+                    reasons[jid] = reason.strip()
+    return states, reasons, queue is not None
 
 
 def watch(submitted: list[tuple[Point, str]], store: Store, profile: Profile, progress: Progress) -> None:
@@ -135,12 +200,12 @@ def watch(submitted: list[tuple[Point, str]], store: Store, profile: Profile, pr
     gone: dict[str, float] = {}
     deadline = time.monotonic() + profile.wait_timeout
     while open_points:
-        states, answered = job_states({job for _, job in open_points.values()})
+        states, reasons, answered = job_states({job for _, job in open_points.values()})
         for rid, (point, job) in list(open_points.items()):
             state = states.get(job, "UNKNOWN")
             status = store.state(rid)
             if status not in FINAL_STATUSES:
-                status = _conclude(store, rid, job, state, answered, gone)
+                status = _conclude(store, rid, job, state, answered, gone, reasons.get(job, ""))
             if status in FINAL_STATUSES:
                 del open_points[rid]
                 _copy_logs(store, rid, job)
@@ -161,9 +226,15 @@ def watch(submitted: list[tuple[Point, str]], store: Store, profile: Profile, pr
 
 
 def _conclude(
-    store: Store, rid: str, job: str, state: str, answered: bool, gone: dict[str, float]
+    store: Store, rid: str, job: str, state: str, answered: bool, gone: dict[str, float], reason: str = ""
 ) -> str | None:
-    """A job that ended (or vanished) without recording a status gets one from its Slurm state."""
+    """A job that ended (or vanished) without recording a status gets one from its Slurm state;
+    one pending for a reason that never clears is cancelled and ``failed`` now."""
+    if state == "PENDING" and never_starts(reason):
+        _run(["scancel", job])
+        error = f"Slurm job {job} can never start: pending ({reason}); cancelled"
+        store.finish(rid, "failed", error=error, slurm_state=state, slurm_reason=reason)
+        return store.state(rid)
     if state in ACTIVE:
         gone.pop(rid, None)
         return None
@@ -189,13 +260,15 @@ def _copy_logs(store: Store, rid: str, job: str) -> None:
             store.write_log(rid, f"slurm-{path.name}", path.read_text(errors="replace")[-200_000:])
 
 
-def run_slurm(points: list[Point], store: Store, profile: Profile, progress: Progress) -> None:
+def run_slurm(
+    points: list[Point], store: Store, profile: Profile, progress: Progress, hardware: str | None = None
+) -> None:
     """Submit the points that are not already queued or running in Slurm, then watch them all."""
     _require_slurm()
     listed = {p.run_id: (store.status(p.run_id) or {}).get("slurm_job_id") for p in points}
-    states, _ = job_states({j for j in listed.values() if j})
+    states, _, _ = job_states({j for j in listed.values() if j})
     live = [(p, listed[p.run_id]) for p in points if states.get(listed[p.run_id] or "", "") in ACTIVE]
     fresh = [p for p in points if p.run_id not in {q.run_id for q, _ in live}]
     for p, job in live:
         progress.note(f"still in Slurm as job {job}: {p.run_id} (not resubmitted)")
-    watch(live + submit(fresh, store, profile, progress), store, profile, progress)
+    watch(live + submit(fresh, store, profile, progress, hardware), store, profile, progress)

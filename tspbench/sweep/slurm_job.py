@@ -39,8 +39,9 @@ from tspbench.sweep.store import Store
 class PointTask(submitit.helpers.Checkpointable):
     """The submitted callable: one point, run by every task of its job."""
 
-    def __init__(self, experiment_dir: str, point: dict[str, Any]) -> None:
+    def __init__(self, experiment_dir: str, point: dict[str, Any], hardware: str | None = None) -> None:
         self.experiment_dir, self.point = experiment_dir, point
+        self.hardware = hardware  # the profile the record's predictions are for
         self.preempted = False
 
     def __call__(self) -> str:
@@ -81,7 +82,7 @@ def run_task(task: PointTask) -> str:
         )
         ranks = _gather(mine, rank, denv.world_size)
         if rank == 0:
-            _record_completed(store, point, ranks)
+            _record_completed(store, point, ranks, task.hardware)
         _shutdown()
         watchdog.cancel()
         return "completed"
@@ -128,12 +129,12 @@ def _shutdown() -> None:
     dist.destroy_process_group()
 
 
-def _record_completed(store: Store, point: Point, ranks: list[dict[str, Any]]) -> None:
+def _record_completed(store: Store, point: Point, ranks: list[dict[str, Any]], hardware: str | None) -> None:
     env = environment(point.workload.device)
     store.write_env(point.run_id, env)
     record = {
         **point.base_record(),
-        **completed_record(point.layout, point.workload, ranks, point.config.get("hardware")),
+        **completed_record(point.layout, point.workload, ranks, hardware),
         **{f"env_{k}": v for k, v in env.items()},
     }
     store.finish(point.run_id, "completed", record)

@@ -11,18 +11,23 @@
                           attempt count, error excerpt, executor details (Slurm job id, host)
             result.json   the flat record (bench's schema), once the point has finished
             logs/         full error text per attempt and rank, copies of Slurm task logs
+            .lock         the empty file every status change flocks (``locked``)
 
 Every file is written to a temporary name, fsynced and renamed over the old one, so a kill
-leaves the old file or the new one, never a torn one. Several processes may write one run
-folder (the ranks of a Slurm job, the sweep that watches it): each status change is a
-read-modify-write under an ``O_EXCL`` lock file, and the rules below make the first final word
-stick. Status moves: pending -> running -> a final status; ``queue`` moves any non-completed
-status back to pending (a rerun). A completed point is never touched again.
+leaves the old file or the new one, never a torn one; files get the mode a plain open() would
+give them (0644 under the usual umask). A folder whose files do not parse is damaged
+(tspbench.sweep.damage): reported by path, never silently skipped or overwritten. Several
+processes may write one run folder (the ranks of a Slurm job, the sweep that watches it): each
+status change is a read-modify-write under an exclusive ``flock`` (``locked``), and the rules below make
+the first final word stick. Status moves: pending -> running -> a final status; ``queue`` moves
+any non-completed status back to pending (a rerun). A completed point is never touched again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
 import json
 import os
 import tempfile
@@ -34,12 +39,15 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.core.names import FINAL_STATUSES
+from tspbench.core.names import AXES, FINAL_STATUSES
 from tspbench.core.units import excerpt
+from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
 
 LOCK_TIMEOUT_S = 30.0
-LOCK_STALE_S = 60.0  # a holder keeps the lock for milliseconds; older means its writer died
 TABLES = ("records.csv", "records.parquet")
+_UMASK = os.umask(0o022)  # read once (os.umask can only be read by setting it) ...
+os.umask(_UMASK)  # ... and put back at once
+FILE_MODE = 0o666 & ~_UMASK  # what open() gives a new file; mkstemp's would be 0600
 
 
 def now() -> str:
@@ -51,6 +59,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     data = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -109,26 +118,25 @@ def pid_alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def locked(folder: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold ``folder/.lock`` for a read-modify-write (a holder keeps it for milliseconds, so one
-    older than LOCK_STALE_S belongs to a writer that died)."""
-    lock = folder / ".lock"
-    deadline = time.monotonic() + timeout
-
-    def stale() -> bool:
-        try:
-            return time.time() - lock.stat().st_mtime > LOCK_STALE_S
-        except OSError:
-            return True  # gone already: claim again
-
-    while not exclusive(lock, {"pid": os.getpid()}, stale):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{lock} held for more than {timeout:.0f} s")
-        time.sleep(0.005)
+    """Hold ``folder/.lock`` for a read-modify-write: an exclusive ``flock`` on a file that is
+    never removed. The kernel drops the lock when its holder's file closes or the holder dies,
+    so a killed writer cannot leave the folder locked and no one ever judges a lock stale (a
+    stale-lock takeover races: two waiters can both judge one holder gone and both enter).
+    Linux carries flock over NFS as a POSIX lock, so writers on several hosts exclude too."""
+    fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR, FILE_MODE)
     try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{folder / '.lock'} held for more than {timeout:.0f} s") from None
+                time.sleep(0.002)
         yield
     finally:
-        with contextlib.suppress(OSError):
-            lock.unlink()
+        os.close(fd)  # closing the file releases the lock
 
 
 class Store:
@@ -148,9 +156,19 @@ class Store:
         return status["status"] if status else None
 
     def needs_run(self, run_id: str, retry_failed: bool = False) -> bool:
-        """Not completed, and not finished at all unless ``retry_failed``."""
+        """Not completed, and not finished at all unless ``retry_failed``; damaged: always."""
+        if self.problems(run_id):
+            return True
         state = self.state(run_id)
         return state != "completed" and (retry_failed or state not in FINAL_STATUSES)
+
+    def problems(self, run_id: str) -> list[str]:
+        """What is wrong with the run folder's files, one "PATH: problem" each (empty: nothing)."""
+        return read_run(self.run_dir(run_id)).problems
+
+    def quarantine(self, run_id: str) -> Path:
+        """Move a damaged folder's point, status and result files aside; returns where to."""
+        return quarantine(self.run_dir(run_id))
 
     def prepare(self, point: dict[str, Any]) -> None:
         """Create the run folder with point.json and a pending status (kept if already there)."""
@@ -243,9 +261,13 @@ class Store:
 
 def _experiment_dirs(path: Path) -> list[Path]:
     """``path`` itself if it holds run folders, else its sub-folders that do."""
-    if any(path.glob("*/point.json")):
+
+    def holds_runs(folder: Path) -> bool:
+        return any(any(folder.glob(f"*/{name}")) for name in ("point.json", "status.json"))
+
+    if holds_runs(path):
         return [path]
-    return sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("*/point.json")))
+    return sorted(p for p in path.iterdir() if p.is_dir() and holds_runs(p))
 
 
 def point_row(point: dict[str, Any]) -> dict[str, Any]:
@@ -268,16 +290,13 @@ def point_row(point: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _row(run: Path) -> dict[str, Any] | None:
-    point = read_json(run / "point.json")
-    if point is None:
-        return None
-    status = read_json(run / "status.json") or {"status": "pending", "attempt": 0}
-    result = read_json(run / "result.json") or {}
+def _row(files: RunFiles) -> dict[str, Any]:
+    status = files.status or {"status": "pending", "attempt": 0}
+    result = files.result or {}
     if result.get("status") != status["status"]:  # an older attempt's record, not this outcome
         result = {}
     return {
-        **point_row(point),
+        **point_row(files.point or {}),
         **result,
         "status": status["status"],
         "attempt": status.get("attempt", 0),
@@ -288,37 +307,61 @@ def _row(run: Path) -> dict[str, Any] | None:
     }
 
 
-def load(path: str | Path) -> pd.DataFrame:
+def load(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFrame:
     """Every point under ``path`` (an experiment folder, or a results root of several) as one
     DataFrame, one row per point: completed points with their record, the others with their
-    status and error (their measurement columns empty)."""
+    status and error (their measurement columns empty).
+
+    A damaged run folder raises DamagedResults naming it, unless ``damaged`` is given: then it
+    is appended there and left out of the frame.
+    """
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such results folder")
-    rows = [r for exp in _experiment_dirs(path) for run in sorted(exp.iterdir()) if (r := _row(run))]
+    rows, bad = [], []
+    for exp in _experiment_dirs(path):
+        for run in sorted(p for p in exp.iterdir() if p.is_dir()):
+            files = read_run(run)
+            if files.problems:
+                bad.append(files)
+            elif files.point is not None:
+                rows.append(_row(files))
+    if bad and damaged is None:
+        raise DamagedResults(bad)
+    if damaged is not None:
+        damaged.extend(bad)
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame = frame.sort_values(["experiment", "index", "run_id"], kind="stable").reset_index(drop=True)
     return frame
 
 
-def write_tables(experiment_dir: str | Path) -> pd.DataFrame:
-    """load() and write records.csv and records.parquet next to the run folders (atomically)."""
+def write_tables(experiment_dir: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFrame:
+    """load() and write records.csv and records.parquet next to the run folders, each atomically
+    under a temporary name of its own (two writers at once never share one)."""
     root = Path(experiment_dir)
-    frame = load(root)
+    frame = load(root, damaged)
     write_atomic(root / "records.csv", frame.to_csv(index=False))
-    parquet = root / ".records.parquet.tmp"
+    parquet = io.BytesIO()
     frame.to_parquet(parquet, index=False)
-    os.replace(parquet, root / "records.parquet")
+    write_atomic(root / "records.parquet", parquet.getvalue())
     return frame
 
 
-STATUS_COLUMNS = ("run_id", "strategy", "dp", "tp", "sp", "tsp", "world_size", "seq_len", "batch", "mode")
+STATUS_COLUMNS = ("run_id", "strategy", *AXES, "world_size", "seq_len", "batch", "mode")
 
 
-def status_table(path: str | Path) -> pd.DataFrame:
-    """One compact row per point: what it is, its status, attempts and headline numbers."""
-    frame = load(path)
+def status_table(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFrame:
+    """One compact row per point: what it is, its status, attempts and headline numbers; damaged
+    folders (appended to ``damaged`` when given) as rows of status ``corrupt``."""
+    bad: list[RunFiles] = []
+    frame = load(path, bad)
+    if damaged is not None:
+        damaged.extend(bad)
+    if bad:
+        rows = [{"experiment": f.run.parent.name, "run_id": f.run.name, "status": "corrupt"} for f in bad]
+        errors = [f.problems[0] for f in bad]
+        frame = pd.concat([frame, pd.DataFrame(rows).assign(attempt=0, error=errors)], ignore_index=True)
     if frame.empty:
         return frame
     columns = [c for c in ("experiment", *STATUS_COLUMNS) if c in frame]

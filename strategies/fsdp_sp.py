@@ -1,0 +1,39 @@
+"""FSDP+SP: FSDP2 over the same D ranks that shard the tokens, TSP's nearest peer.
+
+torchtitan's folding of its FSDP and context-parallel dimensions onto one set of ranks: each
+rank holds 1/D of every parameter, gradient and optimizer state (as strategies/fsdp.py, a block
+all-gathered at a time) and 1/D of the tokens (zigzag chunks p and 2D-1-p, as strategies/sp.py),
+and attention all-gathers K and V over the sequence (tspbench.dist.zigzag.ZigzagAttention: an
+all-gather context parallel, so a rank holds the whole sequence's K/V of every head of one
+layer at a time). With ``--dp``: HSDP, replicas over dp.
+
+Collectives per step: fsdp's over the sp group (weights gathered, gradients reduce-scattered),
+sp's K/V all-gathers in forward and their reduce-scatters in backward, the loss all-reduce.
+"""
+
+from __future__ import annotations
+
+from tspbench.strategies.fsdp import FullyShardedDataParallel
+from tspbench.strategies.sp import kv_gather_traffic
+
+from tspbench.dist.zigzag import ZigzagAttention
+from tspbench.model.transformer import Transformer
+from tspbench.strategy import Traffic, register
+
+
+@register
+class ShardedSequenceParallel(FullyShardedDataParallel):
+    name = "fsdp_sp"
+    axes = ("sp",)
+    batch_axes = ()
+    sequence_axis = "sp"
+    weight_axes = ("sp",)
+    shard_axis = "sp"
+    summary = "FSDP2 and sequence parallel on one axis: 1/D of the weights and of the tokens, K/V gathered"
+
+    def transform(self, model: Transformer) -> None:
+        for layer in model.layers:
+            layer.attention.core = ZigzagAttention(self.group("sp"))
+
+    def traffic(self) -> list[Traffic]:
+        return super().traffic() + kv_gather_traffic(self, "sp", self.config.n_kv_heads)

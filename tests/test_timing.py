@@ -1,0 +1,133 @@
+"""The time model's terms, each against a hand calculation; hardware profiles' validation and
+provenance; calibrate's profile is one predict accepts. (Whether the model matches measured
+step times is a measurement, not a unit test: results/cpu_reference and the README hold it.)"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tspbench.analytic.hardware import RATES, Collective, Hardware, available_hardware, load_hardware
+from tspbench.analytic.predict import predict
+from tspbench.analytic.timing import StepTime
+from tspbench.cli import main
+from tspbench.core.errors import HardwareError
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.measure.calibrate import calibrate
+
+SMALL = Workload(ModelConfig.preset("small"), 1, 2048, "train", "none", "float32", "cpu")
+BASE = Hardware("toy", 8, 2**34, 1.0, 0.1, 0.05, 20.0, 1.0, 100.0, 1.0, 100.0)
+
+
+def test_ranks_that_outnumber_cores_share_them() -> None:
+    alone = predict(Layout("tp", tp=4), SMALL, BASE).time
+    shared = predict(Layout("tp", tp=4), SMALL, replace(BASE, cores_per_node=2)).time
+    assert shared.share == 0.5 and alone.share == 1.0
+    assert shared.compute_s == pytest.approx(2 * alone.compute_s)  # 4 single-thread ranks, 2 cores
+    measured = replace(BASE, cores_per_node=2, contention={4: 0.4})
+    assert predict(Layout("tp", tp=4), SMALL, measured).time.compute_s == pytest.approx(alone.compute_s / 0.4)
+
+
+def test_gemm_and_attention_rates_apply_to_their_flops() -> None:
+    p = predict(Layout("sp", sp=4), SMALL, BASE)
+    flops, t = p.flops, p.time
+    assert t.gemm_s == pytest.approx(flops.gemm / 0.1e12)
+    causal = flops.attention * flops.causal_fraction
+    assert flops.causal_fraction == pytest.approx(2 / 9)  # zigzag over 4: 2 diagonal blocks of 2P + 1
+    assert t.attention_s == pytest.approx((flops.attention - causal) / 0.05e12 + causal / 0.1e12)
+
+
+def test_causal_rates_follow_the_square_they_are_measured_at() -> None:
+    hw = replace(BASE, attention_causal_by_size={128: 0.02, 2048: 0.06})
+    assert hw.causal_tflops(64) == 0.02 and hw.causal_tflops(4096) == 0.06  # clamped at the ends
+    assert hw.causal_tflops(512) == pytest.approx(0.04)  # halfway in log(side)
+    tp, tsp = Layout("tp", tp=4), Layout("tsp", tsp=4)
+    assert predict(tp, SMALL, hw).flops.causal_block == 2048  # TP: the whole sequence, unsharded
+    assert predict(tsp, SMALL, hw).flops.causal_block == 256  # zigzag chunks of S / 2D
+    assert BASE.causal_tflops(512) == pytest.approx(0.1)  # no table: twice the rectangle rate
+
+
+def test_measured_collective_figures_replace_the_link_figures() -> None:
+    tp2 = Layout("tp", tp=2)
+    plain = predict(tp2, SMALL, BASE).time.comm_exposed_s
+    entry = Collective("all_reduce", 2, 2, latency_us=500.0, bandwidth_gbs=0.5)
+    measured = predict(tp2, SMALL, replace(BASE, collectives=[entry])).time.comm_exposed_s
+    calls = [r for r in predict(tp2, SMALL, BASE).comm if r.op == "all_reduce"]
+    by_hand = sum(r.count * (500e-6 + 2 * (2 - 1) / 2 * r.msg_bytes / 0.5e9) for r in calls)
+    others = plain - sum(r.count * (100e-6 + r.msg_bytes / 1e9) for r in calls)  # 2(n-1)/n = 1
+    assert measured == pytest.approx(others + by_hand)
+
+
+def test_overlap_efficiency_decides_what_hidden_traffic_costs() -> None:
+    step = StepTime(gemm_s=1.0, attention_s=0.5, elementwise_s=0.5, comm_exposed_s=0.2, comm_hidden_s=1.5,
+                    overlap_efficiency=1.0, share=1.0)  # fmt: skip
+    assert step.step_s == pytest.approx(2.0 + 0.2)  # all 1.5 s hidden under 2 s of compute
+    assert replace(step, overlap_efficiency=0.0).step_s == pytest.approx(2.0 + 0.2 + 1.5)
+    assert replace(step, overlap_efficiency=0.5).step_s == pytest.approx(2.0 + 0.2 + 0.75)
+    assert replace(step, comm_hidden_s=3.0).step_s == pytest.approx(2.0 + 0.2 + 1.0)  # outlasts compute
+    breakdown = replace(step, overlap_efficiency=0.5).to_dict()
+    assert breakdown["compute_s"] + breakdown["comm_exposed_s"] == pytest.approx(breakdown["step_time_s"])
+
+
+def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
+    for name in available_hardware():
+        hw = load_hardware(name)
+        for key in (*RATES, "memory_bytes"):
+            if key == "attention_causal_tflops" and not hw.attention_causal_tflops:
+                continue
+            source = hw.source_of(key)
+            assert source.startswith(("datasheet", "assumed", "measured")), (name, key, source)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gemm_tflops": None}, r"gemm_tflops: expected a number, got None"),
+        ({"gemm_tflops": -3}, r"gemm_tflops: must be > 0, got -3"),
+        ({"hbm_bandwidth_gbs": "fast"}, r"hbm_bandwidth_gbs: expected a number, got 'fast'"),
+        ({"overlap_efficiency": 1.5}, r"overlap_efficiency: must be in \(0, 1\]"),
+        ({"collectives": [{"op": "all_reduce"}]}, r"collectives\[0\]: expected keys"),
+    ],
+)
+def test_a_bad_profile_field_is_one_line_naming_file_and_key(
+    tmp_path: Path, change: dict, message: str
+) -> None:
+    data = yaml.safe_load((Path(__file__).parents[1] / "tspbench/analytic/profiles/h100.yaml").read_text())
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**data, **change}))
+    with pytest.raises(HardwareError, match=rf"bad\.yaml: {message}"):
+        load_hardware(str(path))
+    missing = {k: v for k, v in data.items() if k != "gpus_per_node"}
+    path.write_text(yaml.safe_dump(missing))
+    with pytest.raises(HardwareError, match=r"bad\.yaml: missing key\(s\) \['gpus_per_node'\]"):
+        load_hardware(str(path))
+
+
+def test_the_cli_refuses_a_bad_profile_in_one_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ngpus_per_node: eight\n")
+    code = main(["predict", "--strategy", "tp", "--tp", "2", "--hardware", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "bad.yaml" in err
+
+
+def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
+    result = calibrate(ranks=2, model=ModelConfig.preset("tiny"), seq_len=256, repeats=2, quick=True)
+    path = tmp_path / "here.yaml"
+    path.write_text(yaml.safe_dump(result.profile, sort_keys=False))
+    hw = load_hardware(str(path))
+    assert hw.cores_per_node and set(hw.contention) == {1, 2}
+    assert {(c.op, c.group_size) for c in hw.collectives} >= {("all_reduce", 2), ("send_recv", 2)}
+    assert 0.0 <= hw.overlap_efficiency <= 1.0
+    for key in ("gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs"):
+        assert hw.source_of(key).startswith("measured:"), key
+    assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
+    assert len(hw.attention_causal_by_size) >= 2 and hw.source_of("attention_causal_by_size").startswith(
+        "measured"
+    )
+    p = predict(Layout("tsp", tsp=2), SMALL, hw)
+    assert math.isfinite(p.step_time_s) and p.step_time_s > p.time.compute_s > 0

@@ -1,0 +1,141 @@
+"""The time model of one step, per rank: what runs, at which rate, and what runs behind what.
+
+    compute  = ( GEMM FLOPs / GEMM rate
+               + attention FLOPs / attention rate   rectangles (a query chunk against the keys
+                                                    before it) and square causal blocks apart
+               + element-wise bytes / memory bandwidth )
+               / share        the rank's share of its device: 1 on a GPU; on a CPU host whose
+                              ranks outnumber its cores, what calibrate measured them to get
+    comm     = sum over the step's collectives of count x (latency + bus bytes / bandwidth), each
+               at the figures measured for its op and group size (else the link it spans:
+               ranks are placed model-parallel innermost, so a group wider than a node crosses
+               the NIC)
+    step     = compute + exposed + (1 - eta) hidden + max(0, eta hidden - compute)
+
+"Hidden" is what the strategy's schedule overlaps with compute (its Traffic says so: TSP's
+weight shards behind its GEMMs, gradient reduces and accumulators riding the ring, DDP's
+bucketed gradient all-reduce behind backward); "exposed" is on the critical path (activation
+all-reduces, K/V gathers, a gradient all-reduce issued after backward). eta is the profile's
+measured overlap efficiency: the fraction of hidden traffic that truly runs under compute (on a
+CPU host whose cores are all busy computing, gloo's transfers cannot run anywhere else).
+
+Element-wise bytes: every op that is not a GEMM or attention (norms, RoPE, the gated product,
+residual adds, copies) reads and writes the activations a block saves about 4 times in a
+forward and 12 times in a training step; AdamW reads and writes 12 bytes of state traffic per
+parameter byte. These are the same for every strategy: no strategy has a factor of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tspbench.analytic.hardware import Hardware
+from tspbench.core.spec import Layout, Workload
+from tspbench.costs.flops import FlopTerms
+from tspbench.dist.comm import BUS_FACTOR
+from tspbench.dist.mesh import Mesh
+from tspbench.strategy.traffic import Traffic
+
+ELEMENTWISE_PASSES = {"train": 12, "infer": 4}
+OPTIMIZER_PASSES = 12
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one step on one rank, by what they are spent on."""
+
+    gemm_s: float
+    attention_s: float
+    elementwise_s: float
+    comm_exposed_s: float  # collectives on the critical path
+    comm_hidden_s: float  # collectives the schedule overlaps with compute (all of them)
+    overlap_efficiency: float
+    share: float  # the rank's share of its device
+
+    @property
+    def compute_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.elementwise_s
+
+    @property
+    def hidden_exposed_s(self) -> float:
+        """The part of the overlapped traffic that still costs time: what the device could not
+        overlap (1 - eta) and what outlasts the compute it hides behind."""
+        eta = self.overlap_efficiency
+        return (1 - eta) * self.comm_hidden_s + max(0.0, eta * self.comm_hidden_s - self.compute_s)
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_exposed_s + self.hidden_exposed_s
+
+    def to_dict(self, prefix: str = "") -> dict[str, float]:
+        return {
+            f"{prefix}step_time_s": self.step_s,
+            f"{prefix}compute_s": self.compute_s,
+            f"{prefix}comm_exposed_s": self.comm_exposed_s + self.hidden_exposed_s,
+            f"{prefix}comm_hidden_s": self.comm_hidden_s - self.hidden_exposed_s,
+        }
+
+
+def ranks_per_node(layout: Layout, hw: Hardware) -> int:
+    return min(layout.world_size, hw.gpus_per_node)
+
+
+def compute_seconds(
+    flops: FlopTerms, elementwise_bytes: float, hw: Hardware, share: float
+) -> tuple[float, float, float]:
+    """(GEMM, attention, element-wise) seconds at the rank's share of its device."""
+    causal = flops.attention * flops.causal_fraction
+    causal_rate = hw.causal_tflops(flops.causal_block) * 1e12
+    attention = (flops.attention - causal) / (hw.attention_tflops * 1e12) + causal / causal_rate
+    return (
+        flops.gemm / (hw.gemm_tflops * 1e12) / share,
+        attention / share,
+        elementwise_bytes / (hw.hbm_bandwidth_gbs * 1e9) / share,
+    )
+
+
+def crosses_nodes(mesh: Mesh, t: Traffic, gpus_per_node: int) -> bool:
+    """Whether the group's ranks span nodes (ranks are placed row-major, model-parallel innermost)."""
+    ranks = mesh.group(*t.axes).ranks
+    return len({r // gpus_per_node for r in ranks}) > 1
+
+
+def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[float, float]:
+    """(exposed, hidden) seconds of the step's collectives."""
+    exposed = hidden = 0.0
+    for t in traffic:
+        n = mesh.size(*t.axes)
+        if n == 1 or not t.count:
+            continue
+        latency, bandwidth = hw.link(t.op, n, mesh.world_size, crosses_nodes(mesh, t, hw.gpus_per_node))
+        seconds = t.count * (latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth)
+        if t.hidden:
+            hidden += seconds
+        else:
+            exposed += seconds
+    return exposed, hidden
+
+
+def elementwise_bytes(workload: Workload, saved_layer_bytes: int, param_bytes: int) -> float:
+    """Bytes the step's element-wise ops move (see the module docstring)."""
+    passes = ELEMENTWISE_PASSES[workload.mode] * workload.model.n_layers * saved_layer_bytes
+    optimizer = OPTIMIZER_PASSES * param_bytes if workload.mode == "train" else 0
+    return float(passes + optimizer)
+
+
+def step_time(
+    layout: Layout,
+    workload: Workload,
+    hw: Hardware,
+    flops: FlopTerms,
+    mesh: Mesh,
+    traffic: list[Traffic],
+    saved_layer_bytes: int,
+    param_bytes: int,
+) -> StepTime:
+    """The step's time on ``hw`` from a strategy's FLOPs, traffic and sizes."""
+    share = hw.share(ranks_per_node(layout, hw))
+    elementwise = elementwise_bytes(workload, saved_layer_bytes, param_bytes)
+    gemm, attention, other = compute_seconds(flops, elementwise, hw, share)
+    exposed, hidden = comm_seconds(mesh, traffic, hw)
+    return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)
