@@ -21,6 +21,7 @@ Categories at the peak:
     optimizer    registered optimizer state
     activations  tensors saved for backward (seen by a saved-tensors hook, or alive when the
                  caller marks the end of the forward pass)
+    kv_cache     a decode run's key/value cache (registered: tspbench.model.cache.KVCache)
     other        everything else: transient working buffers, communication buffers, logits,
                  inputs
 
@@ -47,10 +48,10 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
+from tspbench.core.names import CATEGORIES
 from tspbench.dist import comm
 
 _DEVICE = torch.ops.prim.device.default
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")
 # A storage seen again under another category moves only along these edges: parameters and
 # optimizer state never move (autograd saves weight views too), a saved buffer can become a
 # gradient (AccumulateGrad adopts it), anything uncategorised can become either.

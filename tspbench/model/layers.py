@@ -133,6 +133,34 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=lower_right_mask(sq, sk, q))
 
 
+def attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Unmasked attention of q [B, n, Sq, d] to k, v [B, m, Sk, d] (GQA: n = g m) and its
+    log-sum-exp: o [B, n, Sq, d] in q's dtype, lse [B, n, Sq] in float32 (float64 stays float64).
+
+    A partial result over some of the keys: partials over disjoint key sets merge exactly by
+    ``merge_partials`` (the ring-attention identity). For decode, where Sq is 1, the scores
+    [B, n, Sq, Sk] are d times smaller than the keys.
+    """
+    B, n, sq, d = q.shape
+    m = k.shape[1]
+    grouped = q.reshape(B, m, (n // m) * sq, d)  # query head i uses key/value head i // g
+    scores = upcast(grouped @ k.transpose(-1, -2)).mul_(d**-0.5)
+    lse = scores.logsumexp(dim=-1, keepdim=True)
+    probs = scores.sub_(lse).exp_()
+    o = probs.to(v.dtype) @ v
+    return o.view(B, n, sq, d), lse.view(B, n, sq)
+
+
+def merge_partials(o: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge P partial attentions stacked on dim 0: o [P, *, d], lse [P, *] -> o [*, d], lse [*].
+
+    o = sum_p exp(lse_p - lse) o_p with lse = log sum_p exp(lse_p), in lse's dtype.
+    """
+    total = torch.logsumexp(lse, dim=0)
+    weights = (lse - total).exp().unsqueeze(-1)
+    return (upcast(o) * weights).sum(dim=0), total
+
+
 def lower_right_mask(sq: int, sk: int, like: Tensor) -> Tensor:
     """Additive [Sq, Sk] mask: query i sees keys j <= i + Sk - Sq."""
     keep = torch.ones(sq, sk, dtype=torch.bool, device=like.device).tril(sk - sq)
