@@ -21,6 +21,7 @@ prefetches the next block's) and the root's. Collectives per step, P_g the padde
 count of a group (a block, or the root):
 
     forward    all-gather P_g per block and the root                     (fsdp)
+    decode     the same per decode step (no_grad forwards; the root resharded after each)
     backward   all-gather P_g per block; reduce-scatter P_g per group     (fsdp)
                all-reduce P_g / D per group                              (dp, HSDP only)
 """
@@ -40,6 +41,7 @@ from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.memory import ActivationTerms, MemoryPrediction, predict_memory
 from tspbench.dist.mesh import device_mesh
+from tspbench.model.cache import KVCache
 from tspbench.strategy import LocalBatch, Piece, Placement, Strategy, Traffic, register
 
 LOW_PRECISION = ("bfloat16",)
@@ -102,7 +104,8 @@ class FullyShardedDataParallel(Strategy):
             torch_fsdp.fully_shard(module, mesh=mesh, mp_policy=policy)
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
-        torch_fsdp.register_fsdp_forward_method(model, "loss_sum")
+        for method in ("loss_sum", "prefill", "decode_step"):
+            torch_fsdp.register_fsdp_forward_method(model, method)
 
     def logits(self, model: nn.Module, batch: LocalBatch) -> torch.Tensor:
         """Prefill ends with the weights sharded again (FSDP keeps the root gathered only for
@@ -111,6 +114,23 @@ class FullyShardedDataParallel(Strategy):
         if self.mesh.size(self.shard_axis) > 1:
             model.reshard()
         return logits
+
+    def prefill(
+        self, model: nn.Module, batch: LocalBatch, cache: KVCache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = super().prefill(model, batch, cache)
+        self._reshard(model)
+        return out
+
+    def decode_step(self, model: nn.Module, tokens: torch.Tensor, cache: KVCache, step: int) -> torch.Tensor:
+        """A no_grad forward: every block gathered and freed, the root gathered, then resharded."""
+        logits = super().decode_step(model, tokens, cache, step)
+        self._reshard(model)
+        return logits
+
+    def _reshard(self, model: nn.Module) -> None:
+        if self.mesh.size(self.shard_axis) > 1:
+            model.reshard()
 
     # ------------------------------------------------------------------ analytic terms
     def local_parameters(self) -> dict[str, tuple[tuple[int, ...], Placement]]:
@@ -160,6 +180,15 @@ class FullyShardedDataParallel(Strategy):
                 Traffic("all_reduce", ("dp",), root * r // d, 1, "backward", "model", hidden=True),
             ]
         return out
+
+    def decode_traffic(self) -> list[Traffic]:
+        """One decode step: the root's gather and every block's (as a prefill)."""
+        ax, L = (self.shard_axis,), self.config.n_layers
+        block, root = self.group_sizes()
+        return [
+            Traffic("all_gather", ax, root * self.gather_bytes, 1, "decode", "model"),
+            Traffic("all_gather", ax, block * self.gather_bytes, L, "decode", "model", hidden=True),
+        ]
 
     def activation_terms(self) -> ActivationTerms:
         """The shared model under plain autograd on this rank's tokens, plus FSDP's gathered

@@ -365,6 +365,28 @@ def replay(records: Sequence[CommRecord], resolve: Callable[[str], Group]) -> No
                 all_reduce(torch.empty(msg, dtype=torch.uint8), group)
 
 
+# ----------------------------------------------------------------------------- decode (no autograd)
+
+
+def gather_queries(q: Tensor, group: Group) -> Tensor:
+    """Decode over a sequence-sharded cache: every member's new-token queries.
+
+    q [b, n, 1, d] (this member's b slots) -> [P, b, n, 1, d] in group order. One all-gather,
+    message P b n d x element size (the gathered output). Decode runs under no_grad: no backward.
+    """
+    return all_gather(q, group)
+
+
+def exchange_partials(partials: Tensor, group: Group) -> Tensor:
+    """Decode over a sequence-sharded cache: send each slot owner the partial attentions of its slots.
+
+    partials [P, b, n, 1, d + 1] (slice i: this member's partial o and log-sum-exp for member
+    i's slots, float32, float64 in float64 runs) -> [P, b, n, 1, d + 1] (slice j: member j's
+    partials of this member's slots). One all-to-all of the buffer. No backward.
+    """
+    return all_to_all(partials, group)
+
+
 def barrier(group: Group) -> None:
     """Not counted: a synchronisation point for timing, not data movement."""
     if group.size > 1:

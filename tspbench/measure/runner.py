@@ -5,14 +5,19 @@ The train step is the same for every strategy:
 
     zero grads -> forward + loss (phase forward) -> backward (phase backward)
     -> gradient sync + AdamW on owned shards (phase optimizer) -> global loss (phase forward)
+
+A decode "step" is a whole decode run: the KV cache allocated (tracked as ``kv_cache``), the
+prefill (phase forward) giving the first token, then ``decode_tokens`` greedy steps (phase
+decode), each feeding the previous token of every slot (tspbench.strategy.decode).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -45,6 +50,20 @@ class StepMeasurement:
     output: Tensor  # the global loss (train) or this rank's logits (infer)
     state: dict[str, int]  # bytes of parameters, gradients and optimizer state after the step
     c10d: list[comm.CommRecord]  # every collective as dispatched (the cross-check of ``comm``)
+
+
+@dataclass
+class DecodeOutput:
+    """One rank's decode run: per generated token (the prefill's, then one per step) the tokens of
+    its slots [b, 1] and their logits (the prefill's: position S-1 of every sequence [B, V],
+    meaningful on sequence rank 0; a step's: [b, V]); local seconds of the prefill and of each
+    step when timed; counted FLOPs of the prefill and of all steps when counted."""
+
+    tokens: list[Tensor]
+    logits: list[Tensor]
+    times_s: list[float] = field(default_factory=list)
+    flops: dict[str, int] = field(default_factory=dict)
+    cache_bytes: int = 0
 
 
 class RankRun:
@@ -92,7 +111,9 @@ class RankRun:
     def world(self) -> comm.Group:
         return self.mesh.group(*self.mesh.names)
 
-    def step(self, tracker: MemoryTracker | None = None) -> Tensor:
+    def step(self, tracker: MemoryTracker | None = None):
+        if self.workload.mode == "decode":
+            return self.decode_run(tracker)
         return self.train_step(tracker) if self.train else self.infer_step()
 
     def train_step(self, tracker: MemoryTracker | None = None) -> Tensor:
@@ -118,6 +139,45 @@ class RankRun:
         with comm.phase("forward"):
             return self.strategy.logits(self.model, self.batch)
 
+    @torch.no_grad()
+    def decode_run(
+        self, tracker: MemoryTracker | None = None, timed: bool = False, count_flops: bool = False
+    ) -> DecodeOutput:
+        """Allocate the cache, prefill, then ``decode_tokens`` greedy steps (module doc)."""
+        s = self.strategy
+        cache = s.allocate_cache()
+        if tracker is not None:
+            tracker.register(cache.tensors(), "kv_cache")
+        out = DecodeOutput([], [], cache_bytes=cache.nbytes)
+        with self._scope(out, "prefill", timed, count_flops), comm.phase("forward"):
+            tokens, logits = s.prefill(self.model, self.batch, cache)
+        out.tokens.append(tokens)
+        out.logits.append(logits)
+        for step in range(self.workload.decode_tokens):
+            with self._scope(out, "steps", timed, count_flops), comm.phase("decode"):
+                logits = s.decode_step(self.model, tokens, cache, step)
+                tokens = s.next_tokens(logits)
+            out.tokens.append(tokens)
+            out.logits.append(logits)
+        return out
+
+    @contextmanager
+    def _scope(self, out: DecodeOutput, name: str, timed: bool, count_flops: bool) -> Iterator[None]:
+        """Time a part of a decode run on this rank (barrier first), or count its FLOPs."""
+        if count_flops:
+            with FlopCounterMode(display=False) as counter:
+                yield
+            out.flops[name] = out.flops.get(name, 0) + counter.get_total_flops()
+            return
+        if timed:
+            comm.barrier(self.world)
+        start = time.perf_counter()
+        yield
+        if timed:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            out.times_s.append(time.perf_counter() - start)
+
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
         """One step with collectives counted (tspbench's own as issued, torch's wrappers' at
         dispatch level) and peak memory measured (the CPU tracker, the allocator on CUDA; the
@@ -127,6 +187,9 @@ class RankRun:
                 with CudaPeak(self.device) as peak:
                     out = self.step()
                 memory = peak.report(persistent_bytes(self.model, self.optimizer))
+                if isinstance(out, DecodeOutput):  # the allocator saw the cache as any other tensor
+                    memory.by_category["kv_cache"] = out.cache_bytes
+                    memory.by_category["other"] = max(0, memory.by_category["other"] - out.cache_bytes)
             else:
                 with MemoryTracker(capacity_bytes) as tracker:
                     tracker.register_model(self.model, self.optimizer)

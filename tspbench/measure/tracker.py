@@ -54,8 +54,9 @@ from tspbench.dist import comm
 _DEVICE = torch.ops.prim.device.default
 # A storage seen again under another category moves only along these edges: parameters and
 # optimizer state never move (autograd saves weight views too), a saved buffer can become a
-# gradient (AccumulateGrad adopts it), anything uncategorised can become either.
-PROMOTIONS = {"other": ("activations", "gradients"), "activations": ("gradients",)}
+# gradient (AccumulateGrad adopts it), anything uncategorised can become either, or the KV
+# cache (allocated inside a decode run, then registered).
+PROMOTIONS = {"other": ("activations", "gradients", "kv_cache"), "activations": ("gradients",)}
 
 
 @dataclass
