@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import statistics
 
+import torch
 import torch.distributed as dist
 
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
+from tspbench.core.errors import WorkloadError
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
+from tspbench.measure.decode_bench import decode_record, rank_bench_decode
 from tspbench.measure.env import environment
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
@@ -146,6 +149,18 @@ def completed_record(
     return record
 
 
+def check_cache_fits(cache_bytes: int, capacity_bytes: int | None) -> None:
+    """A KV cache larger than the device (``--capacity``, or the GPU here): refused before any rank
+    starts. A cache that fits but leaves too little for the run is an ``oom`` record."""
+    limit, what = capacity_bytes, "--capacity"
+    if limit is None and torch.cuda.is_available():
+        limit, what = torch.cuda.get_device_properties(0).total_memory, "the GPU's memory"
+    if limit is not None and cache_bytes > limit:
+        raise WorkloadError(
+            f"the KV cache needs {cache_bytes:,} bytes per rank, more than {what} ({limit:,} bytes)"
+        )
+
+
 def bench(
     layout: Layout,
     workload: Workload,
@@ -158,8 +173,11 @@ def bench(
 ) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended). Every name is
     checked (layout, hardware profile) before any rank starts."""
-    check_layout(layout, workload)
+    cls = check_layout(layout, workload)
     load_hardware(hardware or "cpu")
+    decode = workload.mode == "decode"
+    if decode:
+        check_cache_fits(cls.for_analysis(layout, workload).cache_bytes(), capacity_bytes)
     record: dict[str, object] = {
         **point_record(layout, workload),
         "steps": steps,
@@ -169,7 +187,7 @@ def bench(
     }
     try:
         ranks = launch(
-            rank_bench,
+            rank_bench_decode if decode else rank_bench,
             layout.world_size,
             layout,
             workload,
@@ -180,13 +198,18 @@ def bench(
             device=workload.device,
             timeout=timeout,
         )
-        record.update(completed_record(layout, workload, ranks, hardware))
+        if decode:  # the analytic model of decode is tspbench.costs' (not predicted here)
+            record.update(status="completed", error=None, **decode_record(layout, workload, ranks))
+        else:
+            record.update(completed_record(layout, workload, ranks, hardware))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)
-        record.update(prediction_fields(layout, workload, record, hardware))
+        if not decode:
+            record.update(prediction_fields(layout, workload, record, hardware))
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
-        record.update(prediction_fields(layout, workload, record, hardware))
+        if not decode:
+            record.update(prediction_fields(layout, workload, record, hardware))
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
     return record

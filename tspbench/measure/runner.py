@@ -30,6 +30,7 @@ from tspbench.dist import comm
 from tspbench.dist.c10d_count import C10dCounter
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
+from tspbench.measure.energy import EnergyMeter
 from tspbench.measure.flop_counter import register_cpu_attention_flops
 from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
 from tspbench.model.optim import build_optimizer
@@ -63,6 +64,7 @@ class DecodeOutput:
     logits: list[Tensor]
     times_s: list[float] = field(default_factory=list)
     flops: dict[str, int] = field(default_factory=dict)
+    energy_j: dict[str, float] = field(default_factory=dict)  # timed with a meter: prefill, steps
     cache_bytes: int = 0
 
 
@@ -141,9 +143,15 @@ class RankRun:
 
     @torch.no_grad()
     def decode_run(
-        self, tracker: MemoryTracker | None = None, timed: bool = False, count_flops: bool = False
+        self,
+        tracker: MemoryTracker | None = None,
+        timed: bool = False,
+        count_flops: bool = False,
+        meter: EnergyMeter | None = None,
     ) -> DecodeOutput:
-        """Allocate the cache, prefill, then ``decode_tokens`` greedy steps (module doc)."""
+        """Allocate the cache, prefill, then ``decode_tokens`` greedy steps (module doc). ``timed``:
+        each part after a barrier, its seconds (and with ``meter`` its joules) kept."""
+        self._meter = meter if timed else None
         s = self.strategy
         cache = s.allocate_cache()
         if tracker is not None:
@@ -171,12 +179,15 @@ class RankRun:
             return
         if timed:
             comm.barrier(self.world)
+        joules = self._meter.read() if self._meter is not None else None
         start = time.perf_counter()
         yield
         if timed:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             out.times_s.append(time.perf_counter() - start)
+            if joules is not None:
+                out.energy_j[name] = out.energy_j.get(name, 0.0) + self._meter.read() - joules
 
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
         """One step with collectives counted (tspbench's own as issued, torch's wrappers' at

@@ -63,6 +63,7 @@ SETTINGS = {
     "device": Field(STR, "cpu", DEVICES),
     "megatron_sp": Field(BOOL, False),
     "overlap": Field(BOOL, True),
+    "decode_tokens": Field(INT, 0, minimum=0),  # mode decode: greedy steps after the prefill (>= 1)
     "seed": Field(INT, 0),
     "capacity": Field((str, int), None, nullable=True),  # simulated device memory on CPU: "256MiB"
 }
