@@ -97,7 +97,7 @@ class FullyShardedDataParallel(Strategy):
             return  # nothing to shard: the plain model is FSDP on one rank
         policy = torch_fsdp.MixedPrecisionPolicy()
         if self.low_precision:
-            model.float()  # float32 shards are the master weights
+            _to_float32(model)  # float32 shards are the master weights
             policy = torch_fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         mesh = self.device_mesh()
         for module in (*model.layers, model):  # bottom-up: each block, then the root
@@ -222,3 +222,15 @@ class FullyShardedDataParallel(Strategy):
         params = {n: math.prod(shape) * elt for n, (shape, _) in self.local_parameters().items()}
         terms = terms or self.activation_terms()
         return predict_memory(terms, params, self.workload.mode, self.workload.recompute, elt)
+
+
+def _to_float32(model: nn.Module) -> None:
+    """``model.float()`` by replacing each floating parameter and buffer: Module._apply swaps
+    tensors in place, which fake tensors refuse (their fake-mode memo holds weak references)."""
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.is_floating_point():
+                setattr(module, name, nn.Parameter(param.detach().float(), param.requires_grad))
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer.is_floating_point():
+                setattr(module, name, buffer.float())

@@ -130,7 +130,7 @@ def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware
         out["predicted_flops_error"] = p.flops.total / max(record["hardware_flops_per_step_per_gpu"], 1) - 1
     if hardware:
         out.update(predicted_hardware=p.hardware.name, **p.time.to_dict("predicted_"))
-        if record.get("status") == "completed":
+        if record.get("status") == "completed" and record.get("step_time_s"):  # a fake world has none
             out["predicted_step_time_error"] = p.step_time_s / record["step_time_s"] - 1
     return out
 

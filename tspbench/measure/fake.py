@@ -28,8 +28,6 @@ import dataclasses
 import os
 import resource
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -51,6 +49,7 @@ from tspbench.measure.bench import prediction_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
 from tspbench.measure.runner import RankRun
+from tspbench.measure.simulated_gpu import simulated_gpu
 from tspbench.measure.tracker import CATEGORIES
 from tspbench.strategy import check_fake_world
 
@@ -61,11 +60,6 @@ NO_FAKE_KERNEL = {
 }
 
 
-# What torch.cuda answers about a simulated GPU (torch.distributed.broadcast asks whether it is
-# sm90+ to pick an FP8 path): Hopper's 9.0, as the H100/H200 of the hardware profiles.
-SIMULATED_CAPABILITY = (9, 0)
-
-
 class FakeOpError(RuntimeError):
     """An op the fake world cannot execute; ``str`` starts with the op's name."""
 
@@ -74,26 +68,12 @@ def fake_device(workload: Workload) -> torch.device:
     return torch.device("cuda", 0) if workload.device == "cuda" else torch.device("cpu")
 
 
-@contextmanager
-def simulated_gpu(workload: Workload) -> Iterator[None]:
-    """Answer torch.cuda's questions about the simulated device when there is no real one."""
-    if workload.device != "cuda" or torch.cuda.is_available():
-        yield
-        return
-    real = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda device=None: SIMULATED_CAPABILITY
-    try:
-        yield
-    finally:
-        torch.cuda.get_device_capability = real
-
-
 def fake_rank(layout: Layout, workload: Workload, capacity_bytes: int | None = None) -> dict:
     """One rank's measured step (comm counted, memory tracked, FLOPs tallied) under fake tensors,
     inside a fake process group. A real run measures after warm-up steps, when the optimizer
     state exists; here an optimizer step on zero gradients creates it (no values to warm up)."""
     try:
-        with FakeTensorMode(), simulated_gpu(workload):
+        with FakeTensorMode(), simulated_gpu(workload.device):
             run = RankRun(layout, workload, fake_device(workload))
             create_optimizer_state(run)
             with FlopTally() as tally:
