@@ -23,7 +23,7 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tspbench.report import bars, figures
+from tspbench.report import bars, decode, figures
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
@@ -98,6 +98,10 @@ FIGURES = (
                "no completed point communicates"),
     FigureSpec(bars.memory_breakdown, "peak memory by category (parameters to activations) per "
                "layout", "no point has its memory split by category"),
+    FigureSpec(decode.tpot_vs_batch, "decode: time per output token vs batch, TSP's break-even batch "
+               "marked", "no decode point has a TPOT"),
+    FigureSpec(decode.tpot_tails, "decode: p50 and p99 time per output token vs batch",
+               "no decode point has p50 and p99 TPOT"),
 )  # fmt: skip
 
 
