@@ -6,10 +6,13 @@ present - the spec's per-step collectives against what each strategy's traffic()
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from dataclasses import replace
 
+import matplotlib as mpl
+import pandas as pd
 import pytest
 
 from tspbench.analytic.decode import break_even_batch, predict_decode
@@ -18,6 +21,10 @@ from tspbench.analytic.planner import plan_decode
 from tspbench.core.names import MODES
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.costs.decode import DecodeShape, decode_transfers, kv_cache_bytes
+from tspbench.report import decode as decode_figures
+from tspbench.report import style as report_style
+from tspbench.report.build import report_experiment
+from tspbench.report.frame import context, prepare
 from tspbench.strategy import get_strategy
 
 TINY = ModelConfig.preset("tiny")  # h 64, L 2, 4 heads of d 16, ffn 256, V 512
@@ -162,3 +169,25 @@ def test_spec_decode_comm_equals_the_strategies_declared_traffic(layout: Layout)
         if t.phase == "decode" and mesh.size(t.axis) > 1:
             ours[(t.op, (t.axis,), t.channel, t.msg_bytes)] += t.count * n
     assert declared_decode_traffic(layout, workload) == ours
+
+
+def test_decode_report_draws_tpot_figures_and_marks_tsp_break_even(tmp_path) -> None:
+    """Projected decode records (tiny, toy profile: TSP 4 breaks even at B = 8,884) through the
+    report: both decode figures drawn, the break-even named on the TPOT figure; a report of
+    records without decode does not list the decode figures as missing."""
+    rows = []
+    for layout, batch in itertools.product((Layout("tp", tp=4), Layout("tsp", tsp=4)), (4, 16, 8192, 16384)):
+        p = predict_decode(layout, TINY, batch, 64, 4, "bfloat16", TOY)
+        rows.append({"strategy": layout.strategy, **layout.to_dict(), "world_size": 4, "model": "tiny",
+                     "batch": batch, "seq_len": 64, "mode": "decode", "dtype": "bfloat16", "device": "cuda",
+                     "recompute": "none", **p.record()})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    out = report_experiment(frame, tmp_path / "decode")
+    assert {"tpot_vs_batch", "tpot_tails"} <= set(out.figures)
+    df = prepare(frame)
+    with mpl.rc_context(report_style.RC):
+        fig = decode_figures.tpot_vs_batch(df, context(df))
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("from B = 8,884" in n for n in notes), notes
+    plain = report_experiment(frame.assign(mode="infer"), tmp_path / "infer")
+    assert not {"tpot_vs_batch", "tpot_tails"} & (set(out.skipped) | set(plain.skipped) | set(plain.figures))
