@@ -200,7 +200,7 @@ def decode_transfers(cfg: ModelConfig, s: DecodeShape) -> list[Transfer]:
     L, h, V, D = cfg.n_layers, cfg.hidden, cfg.vocab_size, s.weight_parts
     out: list[Transfer] = []
     if s.tensor_parts > 1:
-        rows, tp = s.slots, "tp"
+        rows, tp = s.slots, s.tensor_axis
         out += [
             Transfer("all_reduce", tp, rows * h * s.elt, 2 * L, what="block outputs"),
             Transfer("all_reduce", tp, rows * h * s.elt, 1, what="embedding"),
