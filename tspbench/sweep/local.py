@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tspbench.analytic.decode import decode_record
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict_record
 from tspbench.core.errors import UsageError
@@ -42,10 +43,11 @@ def measurer(hardware: str | None) -> Measure:
 
 
 def predictor(hardware: str) -> Measure:
-    """The analytic model as a measure function."""
+    """The analytic model as a measure function (decode points: its decode model)."""
 
     def predict(point: Point) -> dict[str, Any]:
-        return {**point.base_record(), **predict_record(point.layout, point.workload, hardware)}
+        model = decode_record if point.workload.mode == "decode" else predict_record
+        return {**point.base_record(), **model(point.layout, point.workload, hardware)}
 
     return predict
 
