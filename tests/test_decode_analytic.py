@@ -18,7 +18,6 @@ import pytest
 from tspbench.analytic.decode import break_even_batch, predict_decode
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.planner import plan_decode
-from tspbench.core.names import MODES
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.costs.decode import DecodeShape, decode_transfers, kv_cache_bytes
 from tspbench.report import decode as decode_figures
@@ -120,7 +119,7 @@ def test_prediction_records_carry_the_decode_columns() -> None:
     assert r["peak_memory_kv_cache_bytes"] == kv_cache_bytes(
         TINY, shape(Layout("tp_sp", tp=2, sp=2), 3, 64, 8)
     )
-    assert r["tokens_per_s"] == pytest.approx(3 / r["tpot_p50_s"])
+    assert r["decode_tokens_per_s"] == pytest.approx(3 / r["tpot_p50_s"])
     assert r["ttft_s"] == pytest.approx(p.prefill.step_time_s) and r["status"] == "completed"
 
 
@@ -128,24 +127,15 @@ def test_prediction_records_carry_the_decode_columns() -> None:
 
 
 def declared_decode_traffic(layout: Layout, workload: Workload) -> Counter:
-    """What the strategy's own traffic() declares for the decode phase: (op, axes, channel,
-    message bytes) -> calls, over groups of more than one rank."""
+    """What the strategy declares for the decode phase of a run (its step_traffic, which
+    validate compares with what the ranks count): (op, axes, channel, message bytes) -> calls,
+    over groups of more than one rank."""
     sized = get_strategy(layout.strategy).for_analysis(layout, workload)
     out: Counter = Counter()
-    for t in sized.traffic():
+    for t in sized.step_traffic():
         if t.phase == "decode" and sized.mesh.size(*t.axes) > 1:
             out[(t.op, tuple(t.axes), t.channel, t.msg_bytes)] += t.count
     return out
-
-
-def decode_mechanism_or_skip() -> None:
-    """Skip (saying why) until the decode mechanism of issue #15 is present: mode "decode" and
-    strategies whose traffic() declares a "decode" phase."""
-    if "decode" not in MODES:
-        pytest.skip("no decode mode yet: the decode mechanism (issue #15, branch issue-15) is not merged")
-    w = Workload(TINY, 2, 64, "decode", dtype="float32", decode_tokens=3)  # type: ignore[call-arg]
-    if not declared_decode_traffic(Layout("tp", tp=2), w):
-        pytest.skip("strategies' traffic() declare no 'decode' phase yet (issue #15 mechanism)")
 
 
 LAYOUTS = [
@@ -159,9 +149,8 @@ LAYOUTS = [
 def test_spec_decode_comm_equals_the_strategies_declared_traffic(layout: Layout) -> None:
     """The spec's table (costs.decode) against each strategy's traffic() in decode mode, which
     counts the N steps of a run (validate compares that with what the ranks counted)."""
-    decode_mechanism_or_skip()
     n, batch = 3, 3
-    workload = Workload(TINY, batch, 64, "decode", dtype="float32", decode_tokens=n)  # type: ignore[call-arg]
+    workload = Workload(TINY, batch, 64, "decode", dtype="float32", decode_tokens=n)
     s = DecodeShape.of(layout, batch, 64, n, "float32")
     ours: Counter = Counter()
     mesh = get_strategy(layout.strategy).for_analysis(layout, workload).mesh

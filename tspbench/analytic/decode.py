@@ -137,7 +137,7 @@ class DecodePrediction:
             "hardware": self.hardware.name,
             "ttft_s": self.ttft_s,
             **{f"tpot_p{p}_s": self.tpot_s(p) for p in PERCENTILES},
-            "tokens_per_s": self.tokens_per_s,
+            "decode_tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.layout.world_size,
             "decode_gemm_s": mid.gemm_s,
             "decode_attention_s": mid.attention_s,
@@ -150,12 +150,13 @@ class DecodePrediction:
             else "decode step",
             "peak_memory_parameters_bytes": self.parameter_bytes,
             "peak_memory_kv_cache_bytes": self.kv_cache_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
             "prefill_peak_memory_bytes": self.prefill_peak_bytes,
             "decode_step_peak_memory_bytes": self.step_peak_bytes,
             "capacity_bytes": self.hardware.usable_bytes,
             "fits": self.fits,
-            "comm_decode_bytes_per_step": sum(comm.values()),
-            **{f"comm_decode_{op}_bytes": b for op, b in sorted(comm.items())},
+            "decode_comm_bytes_per_step": sum(comm.values()),
+            **{f"decode_comm_{op}_bytes_per_step": b for op, b in sorted(comm.items())},
             "break_even_batch": self.break_even.get("batch"),
         }
 
@@ -303,6 +304,6 @@ def predict_decode(
 
 def decode_record(layout: Layout, workload: Workload, hardware: str) -> dict[str, object]:
     """A projected decode point as a record (the sweep's predict executor, mode "decode")."""
-    n = workload.decode_tokens  # type: ignore[attr-defined]  # the decode mechanism's field
+    n = workload.decode_tokens
     p = predict_decode(layout, workload.model, workload.batch, workload.seq_len, n, workload.dtype, hardware)
     return {**point_record(layout, workload, "predicted"), **p.record()}

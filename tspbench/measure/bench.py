@@ -36,7 +36,7 @@ from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
-from tspbench.measure.decode_bench import decode_record, rank_bench_decode
+from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
 from tspbench.measure.env import environment
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
@@ -113,6 +113,12 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         "hardware_flops_per_step_per_gpu": max(r["flops"] or 0 for r in ranks),
         **comm_fields(busiest["comm"]),
     }
+
+
+def predictions(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+    """The model's fields for a record of any mode (decode has a model of its own)."""
+    fields = decode_prediction_fields if workload.mode == "decode" else prediction_fields
+    return fields(layout, workload, record, hardware)
 
 
 def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
@@ -198,18 +204,17 @@ def bench(
             device=workload.device,
             timeout=timeout,
         )
-        if decode:  # the analytic model of decode is tspbench.costs' (not predicted here)
+        if decode:
             record.update(status="completed", error=None, **decode_record(layout, workload, ranks))
+            record.update(decode_prediction_fields(layout, workload, record, hardware))
         else:
             record.update(completed_record(layout, workload, ranks, hardware))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)
-        if not decode:
-            record.update(prediction_fields(layout, workload, record, hardware))
+        record.update(predictions(layout, workload, record, hardware))
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
-        if not decode:
-            record.update(prediction_fields(layout, workload, record, hardware))
+        record.update(predictions(layout, workload, record, hardware))
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
     return record

@@ -30,6 +30,7 @@ import statistics
 
 import torch.distributed as dist
 
+from tspbench.analytic.decode import predict_decode
 from tspbench.core.records import comm_fields
 from tspbench.core.spec import Layout, Workload
 from tspbench.measure.energy import open_meter
@@ -134,3 +135,33 @@ def energy_fields(ranks: list[dict], tokens: int) -> dict[str, object]:
         "energy_source": readers[0]["energy_source"],
         "energy_unavailable": None,
     }
+
+
+def decode_prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+    """The decode model's numbers (tspbench.analytic.decode) beside the measured ones, with the
+    signed relative errors of TTFT, TPOT p50, the KV cache, the peak and the per-step comm."""
+    p = predict_decode(
+        layout,
+        workload.model,
+        workload.batch,
+        workload.seq_len,
+        workload.decode_tokens,
+        workload.dtype,
+        hardware or "cpu",
+    )
+    predicted = p.record()
+    out: dict[str, object] = {"predicted_hardware": p.hardware.name}
+    for column in PREDICTED_DECODE_COLUMNS:
+        out[f"predicted_{column}"] = predicted[column]
+        if record.get("status") == "completed" and record.get(column):
+            out[f"predicted_{column}_error"] = predicted[column] / record[column] - 1
+    return out
+
+
+PREDICTED_DECODE_COLUMNS = (
+    "ttft_s",
+    "tpot_p50_s",
+    "kv_cache_bytes",
+    "peak_memory_bytes",
+    "decode_comm_bytes_per_step",
+)
