@@ -43,7 +43,7 @@ _RUNS: dict[str, tuple[RankRun, float]] = {}
 def _steps(variant: str, steps: int) -> tuple[list[float], float]:
     """Step times of ``variant`` on this rank's world (each the slowest rank's) and its bytes."""
     if variant not in _RUNS:
-        run = RankRun(LAYOUT, WORKLOAD, VARIANTS[variant])
+        run = RankRun(LAYOUT, WORKLOAD, strategy=VARIANTS[variant])
         run.step()  # warm-up
         _RUNS[variant] = run, sum(r.bus_bytes for r in run.measured_step().comm)
     run, moved = _RUNS[variant]

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from tspbench.core.spec import Layout, Workload
 from tspbench.costs.memory import ActivationTerms
 from tspbench.dist import comm
 from tspbench.strategy import LocalBatch, Piece, Placement, Strategy, Traffic, register
@@ -78,6 +79,15 @@ class DataParallel(Strategy):
 
     def placement(self, name: str, shape: tuple[int, ...]) -> Placement:
         return Placement((Piece(name),))  # DDP reduces the gradients, in backward
+
+    @classmethod
+    def fake_world_obstacle(cls, layout: Layout, workload: Workload) -> str | None:
+        if layout.dp > 1 and workload.mode == "train":
+            return (
+                "torch DDP's C++ reducer reads the gradients' storage directly when it builds its "
+                "buckets, which fake tensors do not have (prefill, or dp 1, runs)"
+            )
+        return None
 
     def wrap(self, model: nn.Module) -> None:
         dp = self.group("dp")

@@ -21,6 +21,7 @@ prefetches the next block's) and the root's. Collectives per step, P_g the padde
 count of a group (a block, or the root):
 
     forward    all-gather P_g per block and the root                     (fsdp)
+    decode     the same per decode step (no_grad forwards; the root resharded after each)
     backward   all-gather P_g per block; reduce-scatter P_g per group     (fsdp)
                all-reduce P_g / D per group                              (dp, HSDP only)
 """
@@ -39,6 +40,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.memory import ActivationTerms, MemoryPrediction, predict_memory
+from tspbench.dist.mesh import device_mesh
+from tspbench.model.cache import KVCache
 from tspbench.strategy import LocalBatch, Piece, Placement, Strategy, Traffic, register
 
 LOW_PRECISION = ("bfloat16",)
@@ -85,25 +88,24 @@ class FullyShardedDataParallel(Strategy):
 
     def device_mesh(self) -> DeviceMesh:
         """tspbench's own process groups as FSDP's mesh: (dp, shard) for HSDP, else (shard,)."""
-        dp, shard, device = self.group("dp"), self.group(self.shard_axis), self.device.type
-        if dp.size == 1:
-            return DeviceMesh.from_group(shard.pg, device)
-        ranks = torch.arange(self.mesh.world_size).view(dp.size, shard.size)
-        return DeviceMesh.from_group([dp.pg, shard.pg], device, ranks, mesh_dim_names=("dp", self.shard_axis))
+        dp, shard = self.group("dp"), self.group(self.shard_axis)
+        groups, names = ([shard], None) if dp.size == 1 else ([dp, shard], ("dp", self.shard_axis))
+        return device_mesh(groups, self.device.type, names)
 
     def wrap(self, model: nn.Module) -> None:
         if self.mesh.size(self.shard_axis) == 1:
             return  # nothing to shard: the plain model is FSDP on one rank
         policy = torch_fsdp.MixedPrecisionPolicy()
         if self.low_precision:
-            model.float()  # float32 shards are the master weights
+            _to_float32(model)  # float32 shards are the master weights
             policy = torch_fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         mesh = self.device_mesh()
         for module in (*model.layers, model):  # bottom-up: each block, then the root
             torch_fsdp.fully_shard(module, mesh=mesh, mp_policy=policy)
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
-        torch_fsdp.register_fsdp_forward_method(model, "loss_sum")
+        for method in ("loss_sum", "prefill", "decode_step"):
+            torch_fsdp.register_fsdp_forward_method(model, method)
 
     def logits(self, model: nn.Module, batch: LocalBatch) -> torch.Tensor:
         """Prefill ends with the weights sharded again (FSDP keeps the root gathered only for
@@ -112,6 +114,23 @@ class FullyShardedDataParallel(Strategy):
         if self.mesh.size(self.shard_axis) > 1:
             model.reshard()
         return logits
+
+    def prefill(
+        self, model: nn.Module, batch: LocalBatch, cache: KVCache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = super().prefill(model, batch, cache)
+        self._reshard(model)
+        return out
+
+    def decode_step(self, model: nn.Module, tokens: torch.Tensor, cache: KVCache, step: int) -> torch.Tensor:
+        """A no_grad forward: every block gathered and freed, the root gathered, then resharded."""
+        logits = super().decode_step(model, tokens, cache, step)
+        self._reshard(model)
+        return logits
+
+    def _reshard(self, model: nn.Module) -> None:
+        if self.mesh.size(self.shard_axis) > 1:
+            model.reshard()
 
     # ------------------------------------------------------------------ analytic terms
     def local_parameters(self) -> dict[str, tuple[tuple[int, ...], Placement]]:
@@ -162,6 +181,15 @@ class FullyShardedDataParallel(Strategy):
             ]
         return out
 
+    def decode_traffic(self) -> list[Traffic]:
+        """One decode step: the root's gather and every block's (as a prefill)."""
+        ax, L = (self.shard_axis,), self.config.n_layers
+        block, root = self.group_sizes()
+        return [
+            Traffic("all_gather", ax, root * self.gather_bytes, 1, "decode", "model"),
+            Traffic("all_gather", ax, block * self.gather_bytes, L, "decode", "model", hidden=True),
+        ]
+
     def activation_terms(self) -> ActivationTerms:
         """The shared model under plain autograd on this rank's tokens, plus FSDP's gathered
         weights as working memory, as FSDP2 holds them in eager mode:
@@ -194,3 +222,15 @@ class FullyShardedDataParallel(Strategy):
         params = {n: math.prod(shape) * elt for n, (shape, _) in self.local_parameters().items()}
         terms = terms or self.activation_terms()
         return predict_memory(terms, params, self.workload.mode, self.workload.recompute, elt)
+
+
+def _to_float32(model: nn.Module) -> None:
+    """``model.float()`` by replacing each floating parameter and buffer: Module._apply swaps
+    tensors in place, which fake tensors refuse (their fake-mode memo holds weak references)."""
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.is_floating_point():
+                setattr(module, name, nn.Parameter(param.detach().float(), param.requires_grad))
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer.is_floating_point():
+                setattr(module, name, buffer.float())

@@ -9,6 +9,7 @@ layer at a time). With ``--dp``: HSDP, replicas over dp.
 
 Collectives per step: fsdp's over the sp group (weights gathered, gradients reduce-scattered),
 sp's K/V all-gathers in forward and their reduce-scatters in backward, the loss all-reduce.
+Decode: each step FSDP's gathers and, per layer, sp's query all-gather and partials all-to-all.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from tspbench.strategies.fsdp import FullyShardedDataParallel
 from tspbench.strategies.sp import kv_gather_traffic
 
+from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
@@ -34,6 +36,11 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
     def transform(self, model: Transformer) -> None:
         for layer in model.layers:
             layer.attention.core = ZigzagAttention(self.group("sp"))
+            layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
         return super().traffic() + kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+
+    def decode_traffic(self) -> list[Traffic]:
+        """FSDP's gathers of one step and the sharded-cache attention over sp (tspbench.dist.decode)."""
+        return super().decode_traffic() + self.query_traffic("sp", self.config.n_heads, self.config.n_layers)

@@ -7,10 +7,16 @@ RoPE). Collectives (forward / backward), per layer:
 
 Every gradient is all-reduced over (dp, sp) after backward. Selective recomputation re-runs the
 attention core, K/V gather included; full recomputation re-runs the whole block.
+
+Decode (tspbench.dist.decode): the prefill caches each rank's context K/V of every sequence; new
+tokens are batch-sharded over sp (sequence i on rank i mod Σ); per layer and step the queries
+are all-gathered, every rank attends them to its context shard, and the partials are sent to
+their owners (all-to-all) and merged by log-sum-exp.
 """
 
 from __future__ import annotations
 
+from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Strategy, Traffic, register
@@ -37,6 +43,10 @@ class SequenceParallel(Strategy):
     def transform(self, model: Transformer) -> None:
         for layer in model.layers:
             layer.attention.core = ZigzagAttention(self.group("sp"))
+            layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
         return kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+
+    def decode_traffic(self) -> list[Traffic]:
+        return self.query_traffic("sp", self.config.n_heads, self.config.n_layers)

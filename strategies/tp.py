@@ -15,6 +15,10 @@ Collectives (forward / backward), a = [B, S, h]:
     cross-entropy                  3 all-reduces [B, S] (max, target logit, sum of exponentials) / -
 
 With Megatron-SP the norms see a sequence shard, so their gradients are all-reduced over tp too.
+
+Decode: the cache holds the rank's m/T key/value heads of every sequence [B, m/T, S, d]. A step
+on [B, 1, h]: the block-output all-reduces (2 per layer) and the embedding's, and the logits
+all-gathered over tp [B, V] for the greedy argmax (as at the end of the prefill).
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class TensorParallel(Strategy):
     axes = ("tp",)
     vocab_axis = "tp"
     weight_axes = ("tp",)
+    head_axis = "tp"
     summary = (
         "Megatron tensor parallel: heads, MLP columns/rows and vocabulary split; 2 all-reduces per layer"
     )
@@ -185,3 +190,12 @@ class TensorParallel(Strategy):
                 Traffic("all_reduce", tp, ce, 3, "forward", "model"),  # max, target logit, sum of exp
             ]
         return [x for x in out if x.op is not None]
+
+    def decode_traffic(self) -> list[Traffic]:
+        """One decode step on the rank's slots [b, 1, h]: 2 all-reduces per layer and the
+        embedding's, and the logits' vocabulary all-gather [b, V]."""
+        cfg, b, elt = self.config, self.decode_slots, self.workload.element_size
+        return [
+            Traffic("all_reduce", ("tp",), b * cfg.hidden * elt, 2 * cfg.n_layers + 1, "decode", "block"),
+            Traffic("all_gather", ("tp",), b * cfg.vocab_size * elt, 1, "decode", "model"),
+        ]

@@ -4,6 +4,10 @@ across (sp). Tokens are zigzag-sharded over sp; weights are TP-sharded and repli
 Per rank: TP's weight shards; tokens [B, S/Σ]. Collectives: TP's (on [B, S/Σ, h] messages,
 group T) plus SP's K/V gathers of the local heads (m/T per rank, group Σ). Gradients are
 all-reduced over (dp, sp).
+
+Decode: the cache holds the rank's m/T heads at its sequence positions; new tokens are
+batch-sharded over sp; a step is TP's (on [b, 1, h], group T) plus the sharded-cache attention
+of the local n/T heads over sp (tspbench.dist.decode).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from tspbench.strategies.sp import kv_gather_traffic
 from tspbench.strategies.tp import TensorParallel
 
+from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
@@ -28,7 +33,12 @@ class TensorSequenceParallel(TensorParallel):
         super().transform(model)
         for layer in model.layers:
             layer.attention.core = ZigzagAttention(self.group("sp"))
+            layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
         kv_heads = self.config.n_kv_heads // self.mesh.size("tp")
         return super().traffic() + kv_gather_traffic(self, "sp", kv_heads)
+
+    def decode_traffic(self) -> list[Traffic]:
+        heads = self.config.n_heads // self.mesh.size("tp")
+        return super().decode_traffic() + self.query_traffic("sp", heads, self.config.n_layers)

@@ -113,6 +113,23 @@ class FoldedParallel(Strategy):
             gemm, attention = gemm + f.blocks_gemm, attention + f.layers * f.core
         return f.terms(gemm, attention)
 
+    def decode_traffic(self) -> list[Traffic]:
+        """One decode step still moves every weight shard: D broadcasts of the attention shard
+        and D-1 ring shifts of the MLP shard per layer, D-1 of the vocabulary shard for the
+        embedding and for the head (channel 1); per head block, the sharded-cache attention's
+        query all-gather and partials all-to-all (channel 0, n/D heads)."""
+        cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
+        attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
+        mlp_shard = 3 * cfg.ffn_hidden // d * cfg.hidden * elt
+        vocab_shard = cfg.vocab_size // d * cfg.hidden * elt
+        ax = ("tsp",)
+        return [
+            Traffic("broadcast", ax, attn_shard, d * L, "decode", "block", hidden=True, channel=1),
+            *self.query_traffic("tsp", cfg.n_heads // d, d * L),
+            Traffic("send_recv", ax, mlp_shard, (d - 1) * L, "decode", "block", hidden=True, channel=1),
+            Traffic("send_recv", ax, vocab_shard, 2 * (d - 1), "decode", "model", hidden=True, channel=1),
+        ]
+
     def traffic(self) -> list[Traffic]:
         """Weights move on channel 1 and hide behind compute; K/V and gradients use channel 0.
         The K/V gathers and their reduce-scatters are on the critical path."""

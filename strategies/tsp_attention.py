@@ -21,6 +21,14 @@ Backward, for r = 0 .. D-1:
     reduce-scatter (dK, dV) [D, 2, B, m/D, T, d] -> the sequence owners' [2, B, m/D, T, d]
     dx += dq Wq_r + dk Wk_r + dv Wv_r              (RoPE transposed first)
     dW_r partial [R, h] = [dq^T x; dk^T x; dv^T x; o^T dy] -> reduce to owner r (async, one in flight)
+
+Decode (no grad), the same broadcast schedule with a KV cache of every head block at the rank's
+positions [B, m, T, d] (m = all key/value heads) and the tail of its slots [b, m, N, d]:
+    prefill: per head block r, its k, v of the local tokens written to cache heads block r,
+        then attention as in the forward
+    step: x [b, 1, h] of the rank's slots; per head block r, q, k, v [b, n/D, 1, d], then the
+        sharded-cache attention of tspbench.dist.decode (queries all-gathered over tsp, partials
+        all-to-all'd to their owners and merged); y += o Wo_r^T
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ from torch import Tensor, nn
 
 from tspbench.dist import comm
 from tspbench.dist.comm import Group
+from tspbench.dist.decode import sharded_decode_attention
 from tspbench.dist.zigzag import zigzag_causal_attention, zigzag_stack, zigzag_unshard
+from tspbench.model.cache import LayerCache
 from tspbench.model.layers import apply_rope
 
 
@@ -171,6 +181,41 @@ class TSPAttention(nn.Module):
         self.shard = nn.Parameter(torch.empty(rows, hidden))
         self.spec = spec
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], cache: LayerCache | None = None, step: int | None = None
+    ) -> Tensor:
+        if cache is not None:
+            return cached_broadcast_attention(x, self.shard.detach(), rope, self.spec, cache, step)
         # Function.forward runs with grad disabled; pass whether a backward will follow (prefill: no).
         return _BroadcastAttention.apply(x, self.shard, *rope, self.spec, torch.is_grad_enabled())
+
+
+@torch.no_grad()
+def cached_broadcast_attention(
+    x: Tensor,
+    shard: Tensor,
+    rope: tuple[Tensor, Tensor],
+    spec: AttentionSpec,
+    cache: LayerCache,
+    step: int | None,
+) -> Tensor:
+    """Decode's broadcast schedule (module doc): the prefill (``step`` None) fills the cache of
+    every head block; a step attends the slots' new tokens through the sharded cache."""
+    kv_group, d = spec.kv_group, spec.head_dim
+    block_heads = spec.kv_rows // d
+    fetch = Fetch(shard, spec.w_group, spec.overlap)
+    y = torch.zeros_like(x)
+    for r in range(kv_group.size):
+        wq, wk, wv, wo_t = _split(fetch.get(r), spec.q_rows, spec.kv_rows)
+        q = apply_rope(_heads(x @ wq.t(), d), *rope)
+        k = apply_rope(_heads(x @ wk.t(), d), *rope)
+        v = _heads(x @ wv.t(), d)
+        block = cache.heads(r * block_heads, (r + 1) * block_heads)
+        if step is None:
+            block.write_context(k, v)
+            keys, values = _gather_kv(k, v, kv_group)
+            o = zigzag_causal_attention(q, keys, values, kv_group.size, kv_group.rank)
+        else:
+            o = sharded_decode_attention(q, k, v, block, step, kv_group)
+        y.view(-1, y.shape[-1]).addmm_(_flat(o).flatten(0, 1), wo_t)
+    return y

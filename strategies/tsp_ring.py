@@ -135,7 +135,12 @@ class RingMLP(nn.Module):
 
 
 class _RingEmbedding(torch.autograd.Function):
-    """tokens [B, T] -> x [B, T, h]. Backward needs no weights: only accumulators circulate."""
+    """tokens [B, T] -> x [B, T, h]. Backward needs no weights: only accumulators circulate.
+
+    Every lookup and gradient is data-independent in shape: each shard looks up every token
+    (ids outside its block read row 0) and masks those rows to zero, instead of indexing with a
+    boolean mask, whose shape depends on the token values (a device-to-host sync on a GPU, and
+    no shape at all under fake tensors). One [B, T, h] temporary per shard."""
 
     @staticmethod
     def forward(ctx, tokens: Tensor, shard: Tensor, ring: Ring) -> Tensor:
@@ -144,7 +149,7 @@ class _RingEmbedding(torch.autograd.Function):
 
         def lookup(s: int, w: Tensor) -> None:
             local, inside = _vocab_slice(tokens, s, rows)
-            out[inside] = w[local[inside]]
+            out.add_(F.embedding(local, w).masked_fill_(~inside.unsqueeze(-1), 0))
 
         ring.visit(shard.detach(), lookup)
         ctx.save_for_backward(tokens, shard)
@@ -157,7 +162,8 @@ class _RingEmbedding(torch.autograd.Function):
 
         def partial(s: int, w: Tensor) -> Tensor:
             local, inside = _vocab_slice(tokens, s, shard.shape[0])
-            return torch.zeros_like(shard).index_add_(0, local[inside], dout[inside])
+            rows = dout.masked_fill(~inside.unsqueeze(-1), 0).flatten(0, 1)
+            return torch.zeros_like(shard).index_add_(0, local.flatten(), rows)
 
         return None, ctx.ring.visit_backward(shard.detach(), partial, need_weights=False), None
 

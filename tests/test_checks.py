@@ -167,7 +167,7 @@ def test_a_sum_over_the_wrong_axis_of_the_same_size_is_caught(plugin: tuple[Path
 
 # ----------------------------------------------------------------------------- TSP overlap
 
-COMPUTE_OPS = ("mm", "addmm", "bmm", "index", "index_put", "_scaled_dot_product")
+COMPUTE_OPS = ("mm", "addmm", "bmm", "embedding", "index", "index_add", "index_put", "_scaled_dot_product")
 
 
 class _ComputeCount(TorchDispatchMode):
@@ -200,7 +200,7 @@ def _weight_transfers(layout: Layout, workload: Workload) -> list[dict]:
     run = RankRun(layout, workload)
     weights = run.mesh.group("tsp", channel=1)
     counter, transfers = _ComputeCount(), []
-    real_broadcast, real_batch = dist.broadcast, dist.batch_isend_irecv
+    real_broadcast, real_isend, real_irecv = dist.broadcast, dist.isend, dist.irecv
 
     def traced(op: str, works: list, first: bool = False) -> list:
         transfer = {"op": op, "first": first, "issued": counter.count}
@@ -213,16 +213,20 @@ def _weight_transfers(layout: Layout, workload: Workload) -> list[dict]:
             return work
         return traced("broadcast", [work], first=src == weights.global_rank(0))[0]
 
-    def batch_isend_irecv(ops):
-        works = real_batch(ops)
-        return traced("send_recv", works) if ops[0].group is weights.pg else works
+    def point_to_point(real):  # a ring shift is an isend and an irecv, each its own transfer
+        def issue(tensor, peer, group=None, tag=0):
+            work = real(tensor, peer, group, tag)
+            return traced("send_recv", [work])[0] if group is weights.pg else work
 
-    dist.broadcast, dist.batch_isend_irecv = broadcast, batch_isend_irecv
+        return issue
+
+    patched = broadcast, point_to_point(real_isend), point_to_point(real_irecv)
+    dist.broadcast, dist.isend, dist.irecv = patched
     try:
         with counter:
             run.train_step()
     finally:
-        dist.broadcast, dist.batch_isend_irecv = real_broadcast, real_batch
+        dist.broadcast, dist.isend, dist.irecv = real_broadcast, real_isend, real_irecv
     return [{**t, "between": t["waited"] - t["issued"]} for t in transfers]
 
 

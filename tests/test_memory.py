@@ -144,6 +144,7 @@ def test_mlp_peak_by_hand() -> None:
         "gradients": 0,
         "optimizer": 0,
         "activations": 324,
+        "kv_cache": 0,
         "other": 0,
     }
     # r was freed by backward; x and the loss are still referenced by the caller.
@@ -152,6 +153,7 @@ def test_mlp_peak_by_hand() -> None:
         "gradients": 1536,
         "optimizer": 0,
         "activations": 68,
+        "kv_cache": 0,
         "other": 0,
     }
     report = t.report()
@@ -172,6 +174,7 @@ def test_mlp_peak_breakdown_counts_the_new_gradient_as_gradient() -> None:
         "gradients": 1536,
         "optimizer": 0,
         "activations": 68,
+        "kv_cache": 0,
         "other": 260,
     }
 
@@ -191,7 +194,14 @@ def test_register_model_categories() -> None:
     opt.step()  # exp_avg and exp_avg_sq: 2 x 544 B (the 0-dim step counters are not counted)
     with tracked(model, opt) as t:
         pass
-    assert t.totals == {"parameters": 544, "gradients": 544, "optimizer": 1088, "activations": 0, "other": 0}
+    assert t.totals == {
+        "parameters": 544,
+        "gradients": 544,
+        "optimizer": 1088,
+        "activations": 0,
+        "kv_cache": 0,
+        "other": 0,
+    }
     assert t.peak == 544 * 4
     assert persistent_bytes(model, opt) == {"parameters": 544, "gradients": 544, "optimizer": 1088}
 

@@ -8,6 +8,9 @@ does not fit in memory, or (unless allowed) its model-parallel group spans nodes
     crossover   the tokens per micro-batch above which TSP moves fewer bytes per step than TP
                 at the same degree (both grow linearly in tokens: two points give the line)
     frontier    the longest sequence that fits, per strategy and model-parallel degree
+
+``plan_decode`` answers the decode question: every layout ranked by predicted TPOT at batch B
+(tspbench.analytic.decode), rejected when it does not fit (the cache included) or is indivisible.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import itertools
 import math
 from dataclasses import dataclass, field, replace
 
+from tspbench.analytic.decode import DecodePrediction, predict_decode
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.core.errors import LayoutError
-from tspbench.core.spec import Layout, Workload
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.costs.decode import DECODE_STRATEGIES
 from tspbench.strategy import get_strategy, iter_strategies
 
 
@@ -163,3 +168,57 @@ def _longest_fitting(layout: Layout, workload: Workload, hw: Hardware, limit: in
         mid = (lo + hi) // 2 // step * step
         lo, hi = (mid, hi) if _fits(layout, workload, hw, mid) else (lo, mid)
     return lo
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+@dataclass
+class DecodeCandidate:
+    layout: Layout
+    prediction: DecodePrediction | None = None
+    reason: str | None = None  # why it cannot decode here; None when it fits
+
+
+@dataclass
+class DecodePlan:
+    """Layouts ranked by predicted TPOT (p50) at one batch, and why the others cannot run."""
+
+    ranked: list[DecodeCandidate]
+    rejected: list[DecodeCandidate]
+
+
+def plan_decode(
+    model: ModelConfig,
+    gpus: int,
+    hw: Hardware,
+    batch: int,
+    context: int,
+    decode_tokens: int,
+    dtype: str = "bfloat16",
+    allow_cross_node: bool = False,
+) -> DecodePlan:
+    """ "Which layout decodes fastest at batch B?": every layout of ``gpus`` ranked by TPOT."""
+    candidates = []
+    for layout in candidate_layouts(gpus):
+        candidate = DecodeCandidate(layout)
+        mp = layout.world_size // layout.dp
+        if layout.strategy not in DECODE_STRATEGIES:
+            candidate.reason = f"no decode model for strategy {layout.strategy!r}"
+        elif mp > hw.gpus_per_node and not allow_cross_node:
+            candidate.reason = (
+                f"crosses nodes: model-parallel group of {mp} > {hw.gpus_per_node} GPUs per node"
+            )
+        else:
+            try:
+                candidate.prediction = predict_decode(layout, model, batch, context, decode_tokens, dtype, hw)
+            except LayoutError as exc:
+                candidate.reason = f"indivisible: {exc}"
+        p = candidate.prediction
+        if p is not None and not p.fits:
+            candidate.reason = (
+                f"out of memory: {p.peak_bytes / 2**30:.1f} GiB > {hw.usable_bytes / 2**30:.1f} GiB usable"
+            )
+        candidates.append(candidate)
+    fits = sorted((c for c in candidates if c.reason is None), key=lambda c: c.prediction.tpot_s())
+    return DecodePlan(fits, [c for c in candidates if c.reason is not None])

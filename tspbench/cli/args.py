@@ -64,6 +64,11 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none")
     p.add_argument("--megatron-sp", action="store_true", help="tp, tp_sp: Megatron sequence parallelism")
     p.add_argument("--no-overlap", action="store_true", help="tsp: blocking communication (same math)")
+    p.add_argument(
+        "--decode-tokens",
+        type=positive_int,
+        help="--mode decode: greedy steps after the prefill of --seq-len context tokens (>= 1)",
+    )
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -72,6 +77,11 @@ def layout_and_workload(args: argparse.Namespace, mode: str, dtype: str) -> tupl
     config = ModelConfig.preset(args.model, **overrides)
     layout = Layout(args.strategy, **{axis: getattr(args, axis) for axis in AXES})
     device = getattr(args, "device", "cpu")
+    decode_tokens = getattr(args, "decode_tokens", None)
+    if mode == "decode" and decode_tokens is None:
+        raise UsageError("--mode decode needs --decode-tokens N (N >= 1 greedy steps after the prefill)")
+    if mode != "decode" and decode_tokens is not None:
+        raise UsageError(f"--decode-tokens is for --mode decode only (mode is {mode!r})")
     workload = Workload(
         config,
         args.batch,
@@ -83,6 +93,7 @@ def layout_and_workload(args: argparse.Namespace, mode: str, dtype: str) -> tupl
         args.seed,
         args.megatron_sp,
         not args.no_overlap,
+        decode_tokens or 0,
     )
     check_layout(layout, workload)
     return layout, workload

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
-from tspbench.cli import analytic, measure, report, sweep
+from tspbench.cli import analytic, decode, measure, report, sweep
 from tspbench.core.errors import UsageError
 
 EXIT_USAGE = 2
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     measure.add_commands(sub)  # env, validate, bench, gpu-check
     analytic.add_commands(sub)  # predict, plan, calibrate
+    decode.add_commands(sub)  # plan-decode
     sweep.add_commands(sub)  # run, status
     report.add_commands(sub)  # report
     return parser

@@ -15,6 +15,7 @@ from tspbench.cli.args import (
     non_negative_int,
     positive_int,
 )
+from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
 
 
@@ -34,7 +35,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_layout_args(p)
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--mode", choices=MODES, default="train")
-    p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--device", choices=DEVICES, help="default cpu; with --fake, cuda (simulated)")
+    p.add_argument(
+        "--fake",
+        action="store_true",
+        help="execute the step under fake tensors and a fake process group of the full world size: "
+        "exact memory, comm and FLOPs of any layout with no GPU and no memory, no step time",
+    )
+    p.add_argument(
+        "--fake-ranks",
+        type=rank_list,
+        help="--fake: the ranks to execute, e.g. 0 or 0,3 (default: the first model-parallel group)",
+    )
     p.add_argument("--steps", type=positive_int, default=5)
     p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (>= 0)")
     p.add_argument("--repeats", type=positive_int, default=1)
@@ -95,13 +107,43 @@ def print_validation(r: dict) -> None:
     print("PASSED" if r["passed"] else f"FAILED (worst gradient: {r['worst_grad_param']})")
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from tspbench.measure.bench import bench
+def rank_list(text: str) -> list[int]:
+    try:
+        ranks = [int(r) for r in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ranks: {text!r}") from None
+    if any(r < 0 for r in ranks):
+        raise argparse.ArgumentTypeError(f"ranks must be >= 0, got {text!r}")
+    return ranks
 
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    args.device = args.device or ("cuda" if args.fake else "cpu")
+    if args.fake_ranks is not None and not args.fake:
+        raise UsageError("--fake-ranks needs --fake")
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
-    record = bench(
-        layout, workload, args.steps, args.warmup, args.repeats, args.capacity, args.timeout, args.hardware
-    )
+    if args.fake:
+        from tspbench.measure.fake import fake_bench
+
+        bad = [r for r in args.fake_ranks or () if r >= layout.world_size]
+        if bad:
+            raise UsageError(
+                f"--fake-ranks {bad}: the world of {layout.describe()} has {layout.world_size} ranks"
+            )
+        record = fake_bench(layout, workload, args.capacity, args.timeout, args.hardware, args.fake_ranks)
+    else:
+        from tspbench.measure.bench import bench
+
+        record = bench(
+            layout,
+            workload,
+            args.steps,
+            args.warmup,
+            args.repeats,
+            args.capacity,
+            args.timeout,
+            args.hardware,
+        )
     if args.json:
         print(json.dumps(record, indent=2, default=str))
     else:
@@ -116,6 +158,9 @@ def print_record(r: dict) -> None:
     )
     if r["status"] != "completed":
         print(r.get("error") or "")
+        return
+    if r.get("source") == "fake":
+        print_fake(r)
         return
     print(
         f"  step time     {r['step_time_s'] * 1e3:10.1f} ms  (p10 {r['step_time_p10_s'] * 1e3:.1f}, "
@@ -134,6 +179,26 @@ def print_record(r: dict) -> None:
     )
     if r.get("predicted_step_time_s"):
         print(f"                step {r['predicted_step_time_s'] * 1e3:.1f} ms on {r['predicted_hardware']}")
+
+
+def print_fake(r: dict) -> None:
+    """A fake-world record: memory per executed rank, comm, FLOPs, the model beside them."""
+    ranks = r["fake_ranks"]
+    shown = ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+    print(f"  executed in a fake world of {r['world_size']} ranks: ranks {shown}, {r['fake_seconds']:.1f} s")
+    peak, rank, phase = r["peak_memory_bytes"] / 2**30, r["peak_memory_rank"], r["peak_memory_phase"]
+    print(f"  peak memory   {peak:10.3f} GiB (max over ranks, rank {rank}, {phase})")
+    cats = ("parameters", "gradients", "optimizer", "activations", "other")
+    print("    rank " + "".join(f"{c:>13}" for c in cats) + "   (GiB)")
+    for row in r["peak_memory_by_rank"][:16]:
+        print(f"    {row['rank']:>4} " + "".join(f"{row[c] / 2**30:13.3f}" for c in cats))
+    print(f"  comm/step     {r['comm_bytes_per_step'] / 2**30:10.3f} GiB bus bytes (max over ranks)")
+    print(f"  hardware FLOPs/step/GPU {r['hardware_flops_per_step_per_gpu']:.4g}")
+    print(
+        f"  predicted     peak {r['predicted_peak_memory_bytes'] / 2**30:.3f} GiB "
+        f"({r['predicted_memory_error']:+.1%}), comm {r['predicted_comm_bytes_per_step'] / 2**30:.3f} GiB, "
+        f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
+    )
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:

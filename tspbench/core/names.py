@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 AXES = ("dp", "tp", "sp", "tsp", "fsdp")  # mesh axes; dp is always outermost
-MODES = ("train", "infer")  # infer: prefill, a forward over every position
+# infer: prefill, a forward over every position; decode: prefill a KV cache, then greedy steps
+MODES = ("train", "infer", "decode")
 RECOMPUTE_MODES = ("none", "selective", "full")
 DEVICES = ("cpu", "cuda")  # ROCm builds of torch expose "cuda" too
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
 DTYPES = tuple(DTYPE_BYTES)
-PHASES = ("forward", "backward", "optimizer")  # what a collective is attributed to
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")  # peak memory
+# What a collective is attributed to; in decode mode the prefill is "forward", each step "decode".
+PHASES = ("forward", "backward", "optimizer", "decode")
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "kv_cache", "other")  # peak memory
 
 # A point's status in the results store: pending -> running -> one of FINAL_STATUSES.
 STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")

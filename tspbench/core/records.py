@@ -31,13 +31,16 @@ class Collective(Protocol):
     def bus_bytes(self) -> float: ...
 
 
-def point_record(layout: Layout, workload: Workload) -> dict[str, object]:
-    """The identifying part of a record: layout and workload, flat."""
+def point_record(layout: Layout, workload: Workload, source: str = "measured") -> dict[str, object]:
+    """The identifying part of a record: layout and workload, flat, and where its numbers come from."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     return {
         "strategy": layout.strategy,
         **{a: layout.degree(a) for a in AXES},
         "world_size": layout.world_size,
         **workload.to_dict(),
+        "source": source,
     }
 
 

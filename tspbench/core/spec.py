@@ -26,6 +26,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     name: str = "custom"
+    max_seq_len: int = 139264  # positions the model serves: context + generated (128K + 8K)
 
     def __post_init__(self) -> None:
         if self.hidden % self.n_heads:
@@ -34,6 +35,8 @@ class ModelConfig:
             raise ValueError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for rotary embeddings")
+        if self.max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be >= 1, got {self.max_seq_len}")
 
     @property
     def head_dim(self) -> int:
@@ -69,14 +72,15 @@ class ModelConfig:
         return asdict(self)
 
 
+CPU_MAX_SEQ_LEN = 16384
 PRESETS: dict[str, ModelConfig] = {
     # The paper's "7B": 16 h^2 L = 8.59e9 block weights (gated MLP of width 4h, no GQA).
     "7b": ModelConfig(4096, 32, 32, 32, 4 * 4096, vocab_size=32000, name="7b"),
     "1b": ModelConfig(2048, 16, 16, 16, 4 * 2048, vocab_size=32000, name="1b"),
     # CPU presets: small enough for multi-rank float64 checks in seconds.
-    "tiny": ModelConfig(64, 2, 4, 4, 256, vocab_size=512, name="tiny"),
-    "tiny-gqa": ModelConfig(64, 2, 4, 2, 256, vocab_size=512, name="tiny-gqa"),
-    "small": ModelConfig(256, 4, 8, 8, 1024, vocab_size=4096, name="small"),
+    "tiny": ModelConfig(64, 2, 4, 4, 256, vocab_size=512, name="tiny", max_seq_len=CPU_MAX_SEQ_LEN),
+    "tiny-gqa": ModelConfig(64, 2, 4, 2, 256, vocab_size=512, name="tiny-gqa", max_seq_len=CPU_MAX_SEQ_LEN),
+    "small": ModelConfig(256, 4, 8, 8, 1024, vocab_size=4096, name="small", max_seq_len=CPU_MAX_SEQ_LEN),
 }
 
 
@@ -139,6 +143,7 @@ class Workload:
     seed: int = 0
     megatron_sp: bool = False  # tp, tp_sp: Megatron's sequence-parallel norms and residual stream
     overlap: bool = True  # tsp: overlap weight movement with compute
+    decode_tokens: int = 0  # decode: greedy steps after the prefill of ``seq_len`` context tokens
 
     def __post_init__(self) -> None:
         checks = [
@@ -153,6 +158,21 @@ class Workload:
         for key in ("batch", "seq_len"):
             if getattr(self, key) < 1:
                 raise WorkloadError(f"{key} must be >= 1, got {getattr(self, key)}")
+        self._check_decode()
+
+    def _check_decode(self) -> None:
+        n, decode = self.decode_tokens, self.mode == "decode"
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise WorkloadError(f"decode_tokens must be an integer, got {n!r}")
+        if decode and n < 1:
+            raise WorkloadError(f"decode_tokens must be >= 1 in decode mode, got {n}")
+        if not decode and n != 0:
+            raise WorkloadError(f"decode_tokens {n} is for mode 'decode' only (mode is {self.mode!r})")
+        if decode and self.seq_len + n > self.model.max_seq_len:
+            raise WorkloadError(
+                f"seq_len {self.seq_len} + decode_tokens {n} = {self.seq_len + n} exceeds "
+                f"max_seq_len {self.model.max_seq_len} of model {self.model.name!r}"
+            )
 
     @property
     def element_size(self) -> int:

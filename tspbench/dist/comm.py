@@ -320,13 +320,23 @@ def all_to_all(x: Tensor, group: Group, async_op: bool = False):
 
 
 def ring_shift(x: Tensor, group: Group, async_op: bool = False):
-    """Send x [any] to the next member and receive the previous member's [same shape]."""
+    """Send x [any] to the next member and receive the previous member's [same shape].
+
+    A plain isend and irecv, not ``batch_isend_irecv``, which refuses fake tensors. Even members
+    send first and odd ones receive first, so where both directions of one pair share a stream
+    (two members, NCCL) each send meets a posted receive.
+    """
     if group.size == 1:
         return _solo(lambda: x, async_op)
     x = x.contiguous()
     out = torch.empty_like(x)
-    ops = [dist.P2POp(dist.isend, x, group.next, group.pg), dist.P2POp(dist.irecv, out, group.prev, group.pg)]
-    start = partial(dist.batch_isend_irecv, ops)
+
+    def start() -> list[dist.Work]:
+        send = partial(dist.isend, x, group.next, group.pg)
+        recv = partial(dist.irecv, out, group.prev, group.pg)
+        first, second = (send, recv) if group.rank % 2 == 0 else (recv, send)
+        return [first(), second()]
+
     return _issue("send_recv", group, _nbytes(x), start, lambda: out, async_op, lambda: out.copy_(x))
 
 
@@ -353,6 +363,28 @@ def replay(records: Sequence[CommRecord], resolve: Callable[[str], Group]) -> No
                 reduce(torch.empty(msg, dtype=torch.uint8), 0, group)
             else:
                 all_reduce(torch.empty(msg, dtype=torch.uint8), group)
+
+
+# ----------------------------------------------------------------------------- decode (no autograd)
+
+
+def gather_queries(q: Tensor, group: Group) -> Tensor:
+    """Decode over a sequence-sharded cache: every member's new-token queries.
+
+    q [b, n, 1, d] (this member's b slots) -> [P, b, n, 1, d] in group order. One all-gather,
+    message P b n d x element size (the gathered output). Decode runs under no_grad: no backward.
+    """
+    return all_gather(q, group)
+
+
+def exchange_partials(partials: Tensor, group: Group) -> Tensor:
+    """Decode over a sequence-sharded cache: send each slot owner the partial attentions of its slots.
+
+    partials [P, b, n, 1, d + 1] (slice i: this member's partial o and log-sum-exp for member
+    i's slots, float32, float64 in float64 runs) -> [P, b, n, 1, d + 1] (slice j: member j's
+    partials of this member's slots). One all-to-all of the buffer. No backward.
+    """
+    return all_to_all(partials, group)
 
 
 def barrier(group: Group) -> None:

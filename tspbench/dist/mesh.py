@@ -11,9 +11,13 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.distributed.device_mesh import DeviceMesh
 
 from tspbench.dist.comm import Group
+
 
 class Mesh:
     """Process groups over named axes. ``dims`` is ordered outer to inner.
@@ -101,3 +105,18 @@ class Mesh:
 
     def index(self, axis: str) -> int:
         return self.coords[axis]
+
+
+def device_mesh(groups: Sequence[Group], device_type: str, names: Sequence[str] | None = None) -> DeviceMesh:
+    """torch's DeviceMesh over tspbench's process groups (outermost first), for torch's own
+    wrappers (FSDP2). The mesh is host-side bookkeeping (a CPU tensor of ranks it reads with
+    ``tolist``), so it is built with any fake tensor mode suspended: a fake world's ranks build
+    the same mesh a real one does."""
+    with unset_fake_temporarily():
+        if len(groups) == 1:
+            return DeviceMesh.from_group(groups[0].pg, device_type)
+        sizes = [g.size for g in groups]
+        ranks = torch.arange(math.prod(sizes)).view(*sizes)
+        return DeviceMesh.from_group(
+            [g.pg for g in groups], device_type, ranks, mesh_dim_names=tuple(names or ())
+        )

@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import statistics
 
+import torch
 import torch.distributed as dist
 
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
+from tspbench.core.errors import WorkloadError
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
+from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
 from tspbench.measure.env import environment
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
@@ -112,6 +115,12 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
     }
 
 
+def predictions(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+    """The model's fields for a record of any mode (decode has a model of its own)."""
+    fields = decode_prediction_fields if workload.mode == "decode" else prediction_fields
+    return fields(layout, workload, record, hardware)
+
+
 def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
     """The analytic model's numbers beside the measured ones, with the signed relative errors."""
     p = predict(layout, workload, hardware or "cpu")
@@ -127,7 +136,7 @@ def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware
         out["predicted_flops_error"] = p.flops.total / max(record["hardware_flops_per_step_per_gpu"], 1) - 1
     if hardware:
         out.update(predicted_hardware=p.hardware.name, **p.time.to_dict("predicted_"))
-        if record.get("status") == "completed":
+        if record.get("status") == "completed" and record.get("step_time_s"):  # a fake world has none
             out["predicted_step_time_error"] = p.step_time_s / record["step_time_s"] - 1
     return out
 
@@ -146,6 +155,18 @@ def completed_record(
     return record
 
 
+def check_cache_fits(cache_bytes: int, capacity_bytes: int | None) -> None:
+    """A KV cache larger than the device (``--capacity``, or the GPU here): refused before any rank
+    starts. A cache that fits but leaves too little for the run is an ``oom`` record."""
+    limit, what = capacity_bytes, "--capacity"
+    if limit is None and torch.cuda.is_available():
+        limit, what = torch.cuda.get_device_properties(0).total_memory, "the GPU's memory"
+    if limit is not None and cache_bytes > limit:
+        raise WorkloadError(
+            f"the KV cache needs {cache_bytes:,} bytes per rank, more than {what} ({limit:,} bytes)"
+        )
+
+
 def bench(
     layout: Layout,
     workload: Workload,
@@ -158,8 +179,11 @@ def bench(
 ) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended). Every name is
     checked (layout, hardware profile) before any rank starts."""
-    check_layout(layout, workload)
+    cls = check_layout(layout, workload)
     load_hardware(hardware or "cpu")
+    decode = workload.mode == "decode"
+    if decode:
+        check_cache_fits(cls.for_analysis(layout, workload).cache_bytes(), capacity_bytes)
     record: dict[str, object] = {
         **point_record(layout, workload),
         "steps": steps,
@@ -169,7 +193,7 @@ def bench(
     }
     try:
         ranks = launch(
-            rank_bench,
+            rank_bench_decode if decode else rank_bench,
             layout.world_size,
             layout,
             workload,
@@ -180,13 +204,17 @@ def bench(
             device=workload.device,
             timeout=timeout,
         )
-        record.update(completed_record(layout, workload, ranks, hardware))
+        if decode:
+            record.update(status="completed", error=None, **decode_record(layout, workload, ranks))
+            record.update(decode_prediction_fields(layout, workload, record, hardware))
+        else:
+            record.update(completed_record(layout, workload, ranks, hardware))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)
-        record.update(prediction_fields(layout, workload, record, hardware))
+        record.update(predictions(layout, workload, record, hardware))
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
-        record.update(prediction_fields(layout, workload, record, hardware))
+        record.update(predictions(layout, workload, record, hardware))
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
     return record

@@ -5,13 +5,19 @@ The train step is the same for every strategy:
 
     zero grads -> forward + loss (phase forward) -> backward (phase backward)
     -> gradient sync + AdamW on owned shards (phase optimizer) -> global loss (phase forward)
+
+A decode "step" is a whole decode run: the KV cache allocated (tracked as ``kv_cache``), the
+prefill (phase forward) giving the first token, then ``decode_tokens`` greedy steps (phase
+decode), each feeding the previous token of every slot (tspbench.strategy.decode).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -24,10 +30,12 @@ from tspbench.dist import comm
 from tspbench.dist.c10d_count import C10dCounter
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
+from tspbench.measure.energy import EnergyMeter
 from tspbench.measure.flop_counter import register_cpu_attention_flops
 from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
 from tspbench.model.optim import build_optimizer
 from tspbench.model.reference import make_batch
+from tspbench.model.transformer import fake_mode_active
 from tspbench.strategy import LocalBatch, Strategy, get_strategy
 
 register_cpu_attention_flops()
@@ -45,18 +53,45 @@ class StepMeasurement:
     c10d: list[comm.CommRecord]  # every collective as dispatched (the cross-check of ``comm``)
 
 
-class RankRun:
-    """A strategy's model, optimizer and batch on this rank."""
+@dataclass
+class DecodeOutput:
+    """One rank's decode run: per generated token (the prefill's, then one per step) the tokens of
+    its slots [b, 1] and their logits (the prefill's: position S-1 of every sequence [B, V],
+    meaningful on sequence rank 0; a step's: [b, V]); local seconds of the prefill and of each
+    step when timed; counted FLOPs of the prefill and of all steps when counted."""
 
-    def __init__(self, layout: Layout, workload: Workload, strategy: type[Strategy] | None = None) -> None:
-        """``strategy``: a class to run instead of the registered one (benchmarks of variants)."""
+    tokens: list[Tensor]
+    logits: list[Tensor]
+    times_s: list[float] = field(default_factory=list)
+    flops: dict[str, int] = field(default_factory=dict)
+    energy_j: dict[str, float] = field(default_factory=dict)  # timed with a meter: prefill, steps
+    cache_bytes: int = 0
+
+
+class RankRun:
+    """A strategy's model, optimizer and batch on this rank.
+
+    ``device`` defaults to this rank's (tspbench.dist.launch.local_device); a fake world
+    (tspbench.measure.fake) names the device it simulates, and builds the run under fake
+    tensors: then nothing has values, and memory is always measured by the dispatch tracker.
+    ``strategy``: a class to run instead of the registered one (benchmarks of variants).
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        workload: Workload,
+        device: torch.device | None = None,
+        strategy: type[Strategy] | None = None,
+    ) -> None:
         cls = strategy or get_strategy(layout.strategy)
         rank = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world != layout.world_size:
             raise LayoutError(f"{layout.describe()} needs {layout.world_size} ranks, this world has {world}")
         self.layout, self.workload = layout, workload
-        self.device = local_device()
+        self.device = device or local_device()
+        self.fake = fake_mode_active()
         self.mesh = Mesh(cls.mesh_dims(layout), rank, channels=cls.channels)
         self.strategy: Strategy = cls(layout, workload, self.mesh, self.device)
         self.model: nn.Module = self.strategy.build()
@@ -67,13 +102,20 @@ class RankRun:
         tokens, targets = make_batch(
             workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.seed, self.device
         )
-        self.batch: LocalBatch = self.strategy.shard_batch(tokens, targets)
+        local = self.strategy.shard_batch(tokens, targets)
+        # Own copies of this rank's shard: views would keep every rank's copy of the global batch
+        # alive (dp x micro-batch x S token ids and targets; 256 MiB at dp 128 and 128K).
+        self.batch: LocalBatch = dataclasses.replace(
+            local, tokens=local.tokens.clone(), targets=local.targets.clone()
+        )
 
     @property
     def world(self) -> comm.Group:
         return self.mesh.group(*self.mesh.names)
 
-    def step(self, tracker: MemoryTracker | None = None) -> Tensor:
+    def step(self, tracker: MemoryTracker | None = None):
+        if self.workload.mode == "decode":
+            return self.decode_run(tracker)
         return self.train_step(tracker) if self.train else self.infer_step()
 
     def train_step(self, tracker: MemoryTracker | None = None) -> Tensor:
@@ -99,14 +141,66 @@ class RankRun:
         with comm.phase("forward"):
             return self.strategy.logits(self.model, self.batch)
 
+    @torch.no_grad()
+    def decode_run(
+        self,
+        tracker: MemoryTracker | None = None,
+        timed: bool = False,
+        count_flops: bool = False,
+        meter: EnergyMeter | None = None,
+    ) -> DecodeOutput:
+        """Allocate the cache, prefill, then ``decode_tokens`` greedy steps (module doc). ``timed``:
+        each part after a barrier, its seconds (and with ``meter`` its joules) kept."""
+        self._meter = meter if timed else None
+        s = self.strategy
+        cache = s.allocate_cache()
+        if tracker is not None:
+            tracker.register(cache.tensors(), "kv_cache")
+        out = DecodeOutput([], [], cache_bytes=cache.nbytes)
+        with self._scope(out, "prefill", timed, count_flops), comm.phase("forward"):
+            tokens, logits = s.prefill(self.model, self.batch, cache)
+        out.tokens.append(tokens)
+        out.logits.append(logits)
+        for step in range(self.workload.decode_tokens):
+            with self._scope(out, "steps", timed, count_flops), comm.phase("decode"):
+                logits = s.decode_step(self.model, tokens, cache, step)
+                tokens = s.next_tokens(logits)
+            out.tokens.append(tokens)
+            out.logits.append(logits)
+        return out
+
+    @contextmanager
+    def _scope(self, out: DecodeOutput, name: str, timed: bool, count_flops: bool) -> Iterator[None]:
+        """Time a part of a decode run on this rank (barrier first), or count its FLOPs."""
+        if count_flops:
+            with FlopCounterMode(display=False) as counter:
+                yield
+            out.flops[name] = out.flops.get(name, 0) + counter.get_total_flops()
+            return
+        if timed:
+            comm.barrier(self.world)
+        joules = self._meter.read() if self._meter is not None else None
+        start = time.perf_counter()
+        yield
+        if timed:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            out.times_s.append(time.perf_counter() - start)
+            if joules is not None:
+                out.energy_j[name] = out.energy_j.get(name, 0.0) + self._meter.read() - joules
+
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
         """One step with collectives counted (tspbench's own as issued, torch's wrappers' at
-        dispatch level) and peak memory measured (the CPU tracker, the allocator on CUDA)."""
+        dispatch level) and peak memory measured (the CPU tracker, the allocator on CUDA; the
+        dispatch tracker in a fake world)."""
         with comm.counting() as log, C10dCounter(log, self.mesh.labels()) as c10d:
-            if self.device.type == "cuda":
+            if self.device.type == "cuda" and not self.fake:
                 with CudaPeak(self.device) as peak:
                     out = self.step()
                 memory = peak.report(persistent_bytes(self.model, self.optimizer))
+                if isinstance(out, DecodeOutput):  # the allocator saw the cache as any other tensor
+                    memory.by_category["kv_cache"] = out.cache_bytes
+                    memory.by_category["other"] = max(0, memory.by_category["other"] - out.cache_bytes)
             else:
                 with MemoryTracker(capacity_bytes) as tracker:
                     tracker.register_model(self.model, self.optimizer)
@@ -115,7 +209,7 @@ class RankRun:
                     tracker.reset_peak()
                     out = self.step(tracker)
                 memory = tracker.report()
-        loss = out.item() if self.train else None
+        loss = out.item() if self.train and not self.fake else None
         state = persistent_bytes(self.model, self.optimizer)
         return StepMeasurement(loss, list(log.records), memory, out, state, c10d.records)
 

@@ -3,7 +3,8 @@
 CUDA: the caching allocator's peaks (allocated and reserved), reset per window.
 
 CPU: a dispatch-level tracker, exact for what it sees. Every op's output storages (issued in
-the thread that entered the tracker) are recorded by data pointer with their bytes; a weakref
+the thread that entered the tracker) are recorded by storage
+identity (not data pointer: 0 for every fake storage) with their bytes; a weakref
 finalizer subtracts them when the storage dies. Views share their base's storage and are
 counted once; a storage an op reallocates in place (``resize_``, an ``out=`` argument) is
 counted again at its new size, and so is one resized through ``UntypedStorage.resize_``, which
@@ -20,6 +21,7 @@ Categories at the peak:
     optimizer    registered optimizer state
     activations  tensors saved for backward (seen by a saved-tensors hook, or alive when the
                  caller marks the end of the forward pass)
+    kv_cache     a decode run's key/value cache (registered: tspbench.model.cache.KVCache)
     other        everything else: transient working buffers, communication buffers, logits,
                  inputs
 
@@ -46,13 +48,15 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
+from tspbench.core.names import CATEGORIES
 from tspbench.dist import comm
 
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "other")
+_DEVICE = torch.ops.prim.device.default
 # A storage seen again under another category moves only along these edges: parameters and
 # optimizer state never move (autograd saves weight views too), a saved buffer can become a
-# gradient (AccumulateGrad adopts it), anything uncategorised can become either.
-PROMOTIONS = {"other": ("activations", "gradients"), "activations": ("gradients",)}
+# gradient (AccumulateGrad adopts it), anything uncategorised can become either, or the KV
+# cache (allocated inside a decode run, then registered).
+PROMOTIONS = {"other": ("activations", "gradients", "kv_cache"), "activations": ("gradients",)}
 
 
 @dataclass
@@ -79,6 +83,12 @@ class MemoryReport:
         if self.reserved_bytes is not None:
             record[f"{prefix}_reserved_bytes"] = self.reserved_bytes
         return record
+
+
+def storage_key(storage: torch.UntypedStorage) -> int:
+    """The identity of a storage (its StorageImpl), the same for every view of it. Not its data
+    pointer: under fake tensors every storage's data pointer is 0."""
+    return storage._cdata
 
 
 def _storages(t: Tensor) -> list[torch.UntypedStorage]:
@@ -110,14 +120,14 @@ class MemoryTracker(TorchDispatchMode):
         self.phase_peaks: dict[str, int] = {}
         self.peak_seq = 0  # allocation number of the storage that set the peak
         self._seq = 0
-        self._entries: dict[int, list] = {}  # data_ptr -> [nbytes, category, finalizer, number]
+        self._entries: dict[int, list] = {}  # storage key -> [nbytes, category, finalizer, number]
 
     # ---- bookkeeping
     def _add(self, storage: torch.UntypedStorage, category: str) -> None:
         nbytes = storage.nbytes()
-        ptr = storage.data_ptr()
-        if nbytes == 0 or ptr == 0 or storage.device.type == "meta":
+        if nbytes == 0:
             return
+        ptr = storage_key(storage)
         entry = self._entries.get(ptr)
         if entry is not None:
             if category in PROMOTIONS.get(entry[1], ()):
@@ -161,10 +171,10 @@ class MemoryTracker(TorchDispatchMode):
             self.live -= entry[0]
             self.totals[entry[1]] -= entry[0]
 
-    def _forget(self, ptr: int) -> str | None:
-        """Drop the entry at ``ptr`` without waiting for its storage to die (it was reallocated);
+    def _forget(self, key: int) -> str | None:
+        """Drop the entry of storage ``key`` without waiting for its storage to die (it was reallocated);
         its category, or None if it was not tracked."""
-        entry = self._entries.pop(ptr, None)
+        entry = self._entries.pop(key, None)
         if entry is None:
             return None
         entry[2].detach()
@@ -181,7 +191,7 @@ class MemoryTracker(TorchDispatchMode):
         does). A storage keeps its category across a resize; one re-allocated from zero starts
         uncategorised.
         """
-        category = self._forget(storage.data_ptr())
+        category = self._forget(storage_key(storage))
         self._original_resize(storage, nbytes)
         if nbytes:
             self._add(storage, category or "other")
@@ -255,19 +265,21 @@ class MemoryTracker(TorchDispatchMode):
             for h in handles:
                 h.remove()
 
-    def _reallocated(self, storage: torch.UntypedStorage, old_ptr: int) -> None:
+    def _reallocated(self, storage: torch.UntypedStorage) -> None:
         """An op reallocated a storage in place (``resize_``, an ``out=`` op): drop its old entry
         and count it again at its new size, in the same category."""
-        self._add(storage, self._forget(old_ptr) or "other")
+        self._add(storage, self._forget(storage_key(storage)) or "other")
 
     # ---- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         written = [(s, s.data_ptr(), s.nbytes()) for t in _written(func, args, kwargs) for s in _storages(t)]
         out = func(*args, **(kwargs or {}))
+        if func is _DEVICE:  # half of all calls under fake tensors: a device query allocates nothing
+            return out
         for storage, ptr, nbytes in written:
             if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
-                self._reallocated(storage, ptr)
-        for t in tree_leaves(out):
+                self._reallocated(storage)
+        for t in (out,) if isinstance(out, Tensor) else tree_leaves(out):
             if isinstance(t, Tensor):
                 for s in _storages(t):
                     self._add(s, "other")
@@ -334,7 +346,7 @@ def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) 
         seen: dict[int, int] = {}
         for t in tensors:
             for s in _storages(t):
-                seen[s.data_ptr()] = s.nbytes()
+                seen[storage_key(s)] = s.nbytes()
         return sum(seen.values())
 
     params = list(model.parameters())

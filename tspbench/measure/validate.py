@@ -8,7 +8,11 @@ each rank's own copy of a replicated parameter is checked, not rank 0's for all)
     params_after_step  every parameter after one AdamW step (in float64 only: the first AdamW
                        step moves each weight by about lr x sign(g), so in lower precision a
                        gradient element at rounding level flips a whole update)
-and the collectives each rank counted in the step against the strategy's analytic count
+    decode             every generated token's logits [dp B, V] (the prefill's at position S-1,
+                       then each step's), gathered in sequence order; and the greedy tokens,
+                       which must equal the reference's at every step on every rank
+and the collectives each rank counted in the step (a decode run: phases forward and decode)
+against the strategy's analytic count
 (calls and message bytes per op, phase, group (mesh axes and channel) and group size must be
 equal), and against what the dispatcher saw of them (every c10d op of the step,
 tspbench.dist.c10d_count). The parent holds every rank's full-shape copies at once: validate
@@ -64,6 +68,7 @@ class ModeResult:
     dispatch_ok: bool  # ... and equal what the dispatcher saw (every c10d op of the step)
     worst_param: str = ""
     first_step_peak_bytes: list[int] = field(default_factory=list)
+    tokens_ok: bool = True  # decode: the same greedy tokens as the reference, every step, every rank
 
     @property
     def comm_bytes(self) -> float:
@@ -86,6 +91,12 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
             first_step_peak=first.memory.peak_bytes,
         )
         steady = run.measured_step()  # AdamW state exists from here on
+    elif workload.mode == "decode":
+        first = steady = run.measured_step()
+        s, decoded = run.strategy, first.output
+        out["tokens"] = torch.stack([s.gather_decoded(t[:, 0], prefill=False) for t in decoded.tokens])
+        logits = [s.gather_decoded(x, prefill=i == 0) for i, x in enumerate(decoded.logits)]
+        out["logits"] = torch.stack(logits)  # [N + 1, dp B, V]
     else:
         first = steady = run.measured_step()
         out["logits"] = run.strategy.full_logits(first.output)
@@ -117,11 +128,20 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
     cls = check_layout(layout, workload)
     with single_threaded():
         reference = Reference(workload, layout.data_degree * workload.batch)
-        ref_logits = reference.logits()
+        if workload.mode == "decode":
+            ref_tokens, ref_logits = reference.decode()
+        else:
+            ref_logits = reference.logits()
         if workload.mode == "train":
             ref_loss = reference.train_step()
     ranks = launch(_rank_validate, layout.world_size, layout, workload, timeout=timeout)
-    errors = {"logits": max(rel_err(r["logits"], ref_logits) for r in ranks)}
+    if workload.mode == "decode":  # the worst step's logits
+        errors = {
+            "logits": max(rel_err(x, y) for r in ranks for x, y in zip(r["logits"], ref_logits, strict=True))
+        }
+    else:
+        errors = {"logits": max(rel_err(r["logits"], ref_logits) for r in ranks)}
+    tokens_ok = workload.mode != "decode" or all(torch.equal(r["tokens"], ref_tokens) for r in ranks)
     worst_param = ""
     if workload.mode == "train":
         errors["loss"] = max(rel_err(torch.tensor(r["loss"], dtype=torch.float64), ref_loss) for r in ranks)
@@ -141,6 +161,7 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
         dispatch_ok=all(summarize(r["comm"]) == summarize(r["c10d"]) for r in ranks),
         worst_param=worst_param,
         first_step_peak_bytes=[r.get("first_step_peak", r["peak"]) for r in ranks],
+        tokens_ok=tokens_ok,
     )
 
 
@@ -151,13 +172,18 @@ def validate(
     passed."""
     check_layout(layout, workload)
     tol = TOLERANCE[workload.dtype]
-    per_mode = {m: validate_mode(layout, workload.with_(mode=m), timeout) for m in modes}
+
+    def of_mode(m: str) -> Workload:  # decode_tokens belongs to decode mode only
+        return workload.with_(mode=m, decode_tokens=workload.decode_tokens if m == "decode" else 0)
+
+    per_mode = {m: validate_mode(layout, of_mode(m), timeout) for m in modes}
     max_err: dict[str, float] = {}
     for result in per_mode.values():
         for key, err in result.errors.items():
             max_err[key] = max(max_err.get(key, 0.0), err)
     comm_ok = all(r.comm_ok for r in per_mode.values())
     dispatch_ok = all(r.dispatch_ok for r in per_mode.values())
+    tokens_ok = all(r.tokens_ok for r in per_mode.values())
     main = per_mode.get("train") or next(iter(per_mode.values()))
     return {
         "strategy": layout.strategy,
@@ -177,6 +203,8 @@ def validate(
         "comm_bytes_per_step_by_mode": {m: r.comm_bytes for m, r in per_mode.items()},
         "comm_matches_analytic": comm_ok,
         "comm_matches_dispatch": dispatch_ok,
+        "tokens_match_reference": tokens_ok,
+        "decode_tokens": workload.decode_tokens if "decode" in modes else 0,
         "comm_counted": {m: _summary_json(r.comm) for m, r in per_mode.items()},
         "comm_analytic": {m: _summary_json(r.analytic) for m, r in per_mode.items()},
         "ranks_compared": layout.world_size,
@@ -185,7 +213,7 @@ def validate(
         "peak_memory_step": "second (AdamW state exists)" if main is per_mode.get("train") else "first",
         "peak_memory_first_step_bytes": max(main.first_step_peak_bytes),
         "parameter_bytes_per_rank": main.param_bytes,
-        "passed": comm_ok and dispatch_ok and all(v <= tol for v in max_err.values()),
+        "passed": comm_ok and dispatch_ok and tokens_ok and all(v <= tol for v in max_err.values()),
     }
 
 

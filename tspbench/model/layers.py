@@ -15,21 +15,31 @@ from torch import Tensor
 
 
 class _RMSNorm(torch.autograd.Function):
-    """y = x * rsqrt(mean(x^2) + eps) * w. Saves x and rstd [B, S, 1], like a fused kernel."""
+    """y = x * rsqrt(mean(x^2) + eps) * w. Saves x and rstd [B, S, 1], like a fused kernel.
+
+    The statistics are float32 for half-precision x (float64 stays float64). The working set is
+    kept small, since at long sequences a [B, S, h] float32 temporary is bigger than the MLP's
+    (TP shards the MLP, never the norm): forward holds x * rstd (float32) and y; backward
+    x-hat and dx-hat (float32, updated in place) and one product at a time - 3 float32
+    [B, S, h] at most.
+    """
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        rstd = torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + eps)
+        square_norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=stat_dtype(x)).square_()
+        rstd = square_norm.div_(x.shape[-1]).add_(eps).rsqrt_()
         ctx.save_for_backward(x, rstd, weight)
-        return (upcast(x) * rstd).to(x.dtype) * weight
+        normed = x * rstd  # float32 for half x (type promotion), no upcast copy of x
+        return normed.to(x.dtype).mul_(weight) if normed.dtype != x.dtype else normed.mul_(weight)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, rstd, weight = ctx.saved_tensors
-        xhat = upcast(x) * rstd
-        dxhat = upcast(dy * weight)
-        dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
-        dw = (upcast(dy) * xhat).reshape(-1, x.shape[-1]).sum(0)
+        xhat = x * rstd
+        dw = (dy * xhat).reshape(-1, x.shape[-1]).sum(0)
+        dxhat = dy * upcast(weight)
+        mean = (dxhat * xhat).mean(-1, keepdim=True)
+        dx = dxhat.sub_(xhat.mul_(mean)).mul_(rstd)  # rstd (dxhat - xhat mean(dxhat xhat))
         return dx.to(x.dtype), dw.to(weight.dtype), None
 
 
@@ -50,6 +60,11 @@ class _SwiGLU(torch.autograd.Function):
 def upcast(x: Tensor) -> Tensor:
     """float32 for half-precision tensors (norm statistics, softmax, loss); unchanged otherwise."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def stat_dtype(x: Tensor) -> torch.dtype:
+    """The dtype statistics of ``x`` are computed in: float32 for half precision, else its own."""
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
 def swiglu_backward(h1: Tensor, h3: Tensor, da: Tensor) -> tuple[Tensor, Tensor]:
@@ -92,22 +107,58 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     A query chunk may sit at the end of a longer key prefix (Sq <= Sk): query i sees keys
     j <= i + Sk - Sq. Sequence-parallel strategies rely on this. Flash kernels on GPU (bf16,
     fp16); on CPU two flash calls merged by log-sum-exp, so no O(Sq Sk) mask is ever built.
+
+    The kernel follows the tensors' device and dtype only, never whether their values exist:
+    under fake tensors (tspbench.measure.fake) each call is the one the real device runs. On
+    CUDA the flash kernel is called by name, because SDPA's own choice asks the GPU, and fake
+    CUDA tensors would get the math path with its [Sq, Sk] score matrix.
     """
     sq, sk = q.shape[-2], k.shape[-2]
     gqa = q.shape[1] != k.shape[1]
+    flash = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256
     if sq == sk:
+        if flash:  # the kernel SDPA picks on a GPU, named: under fake tensors SDPA would take math
+            return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     if sq > sk:
         raise ValueError(f"query length {sq} exceeds key length {sk}")
     if gqa:
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256:
+    if flash:
         # The flash kernel aligns its causal mask bottom-right when Sq != Sk.
         return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
     if q.device.type == "cpu" and _CPU_FLASH is not None and q.shape[-2] < k.shape[-2]:
         return _LowerRightCausalCPU.apply(q, k, v)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=lower_right_mask(sq, sk, q))
+
+
+def attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Unmasked attention of q [B, n, Sq, d] to k, v [B, m, Sk, d] (GQA: n = g m) and its
+    log-sum-exp: o [B, n, Sq, d] in q's dtype, lse [B, n, Sq] in float32 (float64 stays float64).
+
+    A partial result over some of the keys: partials over disjoint key sets merge exactly by
+    ``merge_partials`` (the ring-attention identity). For decode, where Sq is 1, the scores
+    [B, n, Sq, Sk] are d times smaller than the keys.
+    """
+    B, n, sq, d = q.shape
+    m = k.shape[1]
+    grouped = q.reshape(B, m, (n // m) * sq, d)  # query head i uses key/value head i // g
+    scores = upcast(grouped @ k.transpose(-1, -2)).mul_(d**-0.5)
+    lse = scores.logsumexp(dim=-1, keepdim=True)
+    probs = scores.sub_(lse).exp_()
+    o = probs.to(v.dtype) @ v
+    return o.view(B, n, sq, d), lse.view(B, n, sq)
+
+
+def merge_partials(o: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge P partial attentions stacked on dim 0: o [P, *, d], lse [P, *] -> o [*, d], lse [*].
+
+    o = sum_p exp(lse_p - lse) o_p with lse = log sum_p exp(lse_p), in lse's dtype.
+    """
+    total = torch.logsumexp(lse, dim=0)
+    weights = (lse - total).exp().unsqueeze(-1)
+    return (upcast(o) * weights).sum(dim=0), total
 
 
 def lower_right_mask(sq: int, sk: int, like: Tensor) -> Tensor:

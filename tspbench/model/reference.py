@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from tspbench.core.spec import ModelConfig, Workload
+from tspbench.model.cache import KVCache
 from tspbench.model.optim import build_optimizer, torch_dtype
 from tspbench.model.transformer import Transformer
 
@@ -67,6 +68,29 @@ class Reference:
     def logits(self) -> Tensor:
         """Prefill forward: logits [n_seqs, S, V]."""
         return self.model(self.tokens)
+
+    @torch.no_grad()
+    def decode(self, steps: int | None = None) -> tuple[Tensor, Tensor]:
+        """Greedy decode: the prefill of the S context tokens into a KV cache, then ``steps``
+        (default the workload's decode_tokens) steps, step k feeding token k at position S + k.
+
+        Returns tokens [steps + 1, n_seqs] (token 0 from the prefill's logits at position S-1,
+        token k+1 from step k; greedy argmax, ties to the lowest index) and the logits they came
+        from [steps + 1, n_seqs, V].
+        """
+        steps = self.workload.decode_tokens if steps is None else steps
+        cfg, (n_seqs, seq_len) = self.workload.model, self.tokens.shape
+        device, dtype = self.tokens.device, next(self.model.parameters()).dtype
+        cache = KVCache.joined(
+            cfg.n_layers, n_seqs, cfg.n_kv_heads, seq_len, steps, cfg.head_dim, dtype, device
+        )
+        logits = [self.model.prefill(self.tokens, torch.arange(seq_len, device=device), cache)]
+        tokens = [logits[0].argmax(dim=-1)]
+        for step in range(steps):
+            positions = torch.full((n_seqs,), seq_len + step, device=device)
+            logits.append(self.model.decode_step(tokens[-1][:, None], positions, cache, step))
+            tokens.append(logits[-1].argmax(dim=-1))
+        return torch.stack(tokens), torch.stack(logits)
 
     def tensors(self, grads: bool = False) -> dict[str, Tensor]:
         return {n: (p.grad if grads else p).detach().clone() for n, p in self.model.named_parameters()}

@@ -21,7 +21,13 @@ Strategies never edit this file: they shard weights (heads are reshaped with
     Attention.enter / MLP.enter     applied to the block input     (TP: copy/gather to the group)
     Attention.exit  / MLP.exit      applied to the block output    (TP: all-reduce/reduce-scatter)
     Attention.core                  (q, k, v) -> o                 (SP: K/V gathered over sequence)
+    Attention.cached_core           (q, k, v, cache, step) -> o    a decode step against the KV cache
+                                                                   (SP: queries gathered, partials merged)
     Transformer.embed / .head       token -> x, x -> logits/loss   (TP, TSP: vocabulary sharded)
+
+Decode (tspbench.model.cache): ``prefill`` writes every layer's context K/V into a KVCache and
+returns the logits of the last local position; ``decode_step`` runs one new token per slot
+[b, 1] at its position, each attention appending its K/V and attending through ``cached_core``.
 
 Nothing here imports torch.distributed. The configuration (ModelConfig, presets) lives in
 tspbench.core.spec; the operators in tspbench.model.layers.
@@ -40,6 +46,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tspbench.core.names import RECOMPUTE_MODES
 from tspbench.core.spec import ModelConfig
+from tspbench.model.cache import KVCache, LayerCache, cached_attention
 from tspbench.model.layers import (
     apply_rope,
     causal_attention,
@@ -51,6 +58,11 @@ from tspbench.model.layers import (
 )
 
 # ----------------------------------------------------------------------------- initialisation
+
+
+def fake_mode_active() -> bool:
+    """Whether a FakeTensorMode is active: tensors have shapes, dtypes and devices, no values."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
 def init_std(name: str, config: ModelConfig) -> float:
@@ -72,10 +84,12 @@ def reference_parameter(
 
     Each parameter has a generator seeded by (seed, name), so its value never depends on the
     layout, on the other parameters, or on the order they are built in. A strategy builds its
-    shard by drawing the full tensor once and slicing it.
+    shard by drawing the full tensor once and slicing it. Under fake tensors nothing is drawn.
     """
     if "norm" in name:
         return torch.ones(shape, device=device, dtype=dtype)
+    if fake_mode_active():  # shapes only: fake tensors have no values to draw (nor CUDA generators)
+        return torch.empty(shape, device=device, dtype=dtype)
     gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
     full = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
     return full.mul_(init_std(name, config)).to(dtype)
@@ -99,7 +113,9 @@ def _linear(d_in: int, d_out: int) -> nn.Linear:
 
 
 class Attention(nn.Module):
-    """Multi-head (or grouped-query) attention with rotary embeddings. Hooks: enter, core, exit."""
+    """Multi-head (or grouped-query) attention with rotary embeddings. Hooks: enter, core,
+    cached_core, exit. With a ``cache``: the prefill (``step`` None) writes the context K/V and
+    runs ``core``; a decode step runs ``cached_core``."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -111,18 +127,25 @@ class Attention(nn.Module):
         self.enter: Callable[[Tensor], Tensor] = identity
         self.exit: Callable[[Tensor], Tensor] = identity
         self.core: Callable[[Tensor, Tensor, Tensor], Tensor] = causal_attention
+        self.cached_core: Callable[[Tensor, Tensor, Tensor, LayerCache, int], Tensor] = cached_attention
         self.recompute_core = False
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], cache: LayerCache | None = None, step: int | None = None
+    ) -> Tensor:
         x = self.enter(x)
         B, S, _ = x.shape
         q = self.wq(x).view(B, S, -1, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(B, S, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(B, S, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if self.recompute_core and torch.is_grad_enabled():
+        if cache is not None and step is not None:
+            o = self.cached_core(q, k, v, cache, step)
+        elif self.recompute_core and torch.is_grad_enabled():
             o = checkpoint(self.core, q, k, v, use_reentrant=False)
         else:
+            if cache is not None:
+                cache.write_context(k, v)
             o = self.core(q, k, v)
         o = o.transpose(1, 2).reshape(B, S, -1)
         return self.exit(self.wo(o))
@@ -162,7 +185,12 @@ class Block(nn.Module):
         if isinstance(self.attention, Attention):
             self.attention.recompute_core = mode == "selective"
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], cache: LayerCache | None = None, step: int | None = None
+    ) -> Tensor:
+        if cache is not None:  # decode runs without autograd
+            x = x + self.attention(self.attention_norm(x), rope, cache, step)
+            return x + self.mlp(self.mlp_norm(x), rope)
         if self.recompute == "full" and torch.is_grad_enabled():
             return checkpoint(self._forward, x, rope, use_reentrant=False)
         return self._forward(x, rope)
@@ -232,6 +260,26 @@ class Transformer(nn.Module):
     def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
         """Logits [B, S, V]."""
         return self.head.logits(self.hidden_states(tokens, positions))
+
+    def prefill(self, tokens: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
+        """Context tokens [B, S_loc] at ``positions`` [S_loc] into ``cache``; returns the logits
+        [B, V_loc] of the last local position (position S-1 where the rank holds it: the whole
+        sequence, or zigzag rank 0's second chunk)."""
+        x = self.embed(tokens)
+        rope = rope_tables(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+            x = layer(x, rope, layer_cache)
+        return self.head.logits(self.norm(x[:, -1:]))[:, 0]
+
+    def decode_step(self, tokens: Tensor, positions: Tensor, cache: KVCache, step: int) -> Tensor:
+        """One new token per slot, tokens [b, 1] at ``positions`` [b], against ``cache`` (decode
+        step ``step``: tail position ``step``); returns logits [b, V_loc]."""
+        x = self.embed(tokens)
+        cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        rope = (cos[:, None, None, :], sin[:, None, None, :])  # [b, 1, 1, d]: per slot, every head
+        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+            x = layer(x, rope, layer_cache, step)
+        return self.head.logits(self.norm(x))[:, 0]
 
     def loss_sum(self, tokens: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
         """Sum of token cross-entropies (the caller divides by the global token count)."""

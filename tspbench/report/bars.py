@@ -66,16 +66,17 @@ def parity(
         ax.plot(rows[predicted] / scale, rows[measured] / scale, zorder=4, **line)
     per = f" per {ctx.noun}" if bytes_ else ""
     ax.set_xlabel(f"predicted {what}{per} ({unit})")
-    ax.set_ylabel(f"measured {what}{per} ({unit})")
+    ax.set_ylabel(f"{ctx.executed} {what}{per} ({unit})")
     handles = [*series_handles(style), *keys]
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
     err = (ok[predicted] / ok[measured] - 1) * 100
     worst = ok.loc[err.abs().idxmax()]
     stats = (
         f"{len(ok)} points: median |error| {err.abs().median():.1f}%, worst {err.abs().max():.1f}% "
-        f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])})"
+        f"({worst['series']} at seq {st.tokens_label(worst['seq_len'])}"
+        f"{', recompute ' + worst['recompute'] if ok['recompute'].nunique() > 1 else ''})"
     )
-    fig.suptitle(ctx.title(f"Predicted vs measured {what}{per}\n{stats}", ok))
+    fig.suptitle(ctx.title(f"Predicted vs {ctx.executed} {what}{per}\n{stats}", ok))
     return fig
 
 

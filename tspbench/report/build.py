@@ -23,7 +23,7 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tspbench.report import bars, figures
+from tspbench.report import bars, decode, figures
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
@@ -75,6 +75,7 @@ class FigureSpec:
     draw: Callable[[pd.DataFrame, Context], Figure | None]
     what: str
     why_not: str
+    mode: str | None = None  # drawn only for records of this mode (not listed as missing otherwise)
 
     @property
     def name(self) -> str:
@@ -98,6 +99,10 @@ FIGURES = (
                "no completed point communicates"),
     FigureSpec(bars.memory_breakdown, "peak memory by category (parameters to activations) per "
                "layout", "no point has its memory split by category"),
+    FigureSpec(decode.tpot_vs_batch, "decode: time per output token vs batch, TSP's break-even batch "
+               "marked", "no decode point has a TPOT", "decode"),
+    FigureSpec(decode.tpot_tails, "decode: p50 and p99 time per output token vs batch",
+               "no decode point has p50 and p99 TPOT", "decode"),
 )  # fmt: skip
 
 
@@ -116,7 +121,8 @@ def report_experiment(frame: pd.DataFrame, out_dir: Path) -> ReportOutputs:
             if fig is not None:
                 outputs.figures[spec.name] = save(fig, out_dir / spec.name)
         if fig is None:
-            outputs.skipped[spec.name] = spec.why_not
+            if spec.mode is None or (df["mode"] == spec.mode).any():
+                outputs.skipped[spec.name] = spec.why_not
             for ext in ("png", "svg"):  # a figure the records no longer support must not linger
                 with contextlib.suppress(FileNotFoundError):
                     (out_dir / f"{spec.name}.{ext}").unlink()

@@ -1,9 +1,11 @@
 """Stored records as the one frame tables and figures read, and what to call where they came from.
 
 Records come in kinds told apart by ``source``: measured (``tspbench bench``: peak memory
-measured, the model's prediction beside it), fake (the real step executed under fake tensors)
-and predicted (the analytic model alone: its peak memory *is* the prediction). ``prepare``
-maps them onto one set of columns so that tables and figures need not care which they hold.
+measured, the model's prediction beside it), fake (the real step executed under fake tensors,
+the prediction beside it: "measured" columns hold what the fake world executed) and predicted
+(the analytic model alone: its peak memory *is* the prediction). ``prepare`` maps them onto
+one set of columns so that tables and figures need not care which they hold; ``Context``
+says which in every title.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Context:
     where: str  # "projected for MI300X (analytic model)", "measured on CPU (2 cores, gloo)"
     noun: str  # "GPU" or "rank"
     strategies: list[str]  # every strategy in the records, so colors agree across figures
+    executed: str = "measured"  # what the non-predicted numbers are: "measured" or "fake-world"
 
     def title(self, what: str, df: pd.DataFrame) -> str:
         fixed = [str(df[c].iloc[0]) for c in ("model", "mode", "dtype") if c in df and df[c].nunique() == 1]
@@ -57,7 +60,8 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     predicted = (df["source"] == "predicted") if "source" in df else pd.Series(False, index=df.index)
     if "method" in df:
         predicted |= df["method"] == "predict"
-    df["source"] = np.where(predicted, "predicted", "measured")
+    fake = (df["source"] == "fake") if "source" in df else pd.Series(False, index=df.index)
+    df["source"] = np.where(predicted, "predicted", np.where(fake, "fake", "measured"))
     df["degrees"] = df.apply(lambda row: degrees_text(row["strategy"], row), axis=1)
     df["series"] = [series_label(s, d) for s, d in zip(df["strategy"], df["degrees"], strict=True)]
     mp = df.apply(lambda row: degrees_text(row["strategy"], row, with_dp=False), axis=1)
@@ -119,11 +123,23 @@ def context(df: pd.DataFrame) -> Context:
     parts = []
     if (df["source"] == "measured").any():
         parts.append(measured_where(df[df["source"] == "measured"]))
+    if (df["source"] == "fake").any():
+        parts.append(fake_where(df[df["source"] == "fake"]))
     if (df["source"] == "predicted").any():
         hardware = sorted({str(h).upper() for h in df.loc[df["source"] == "predicted", "hardware"].dropna()})
         parts.append(f"projected for {' / '.join(hardware) or 'unknown hardware'} (analytic model)")
     noun = "GPU" if (df["device"] == "cuda").any() else "rank"
-    return Context(" and ".join(parts), noun, list(dict.fromkeys(df["strategy"])))
+    executed = df[df["source"] != "predicted"]
+    word = "fake-world" if len(executed) and (executed["source"] == "fake").all() else "measured"
+    return Context(" and ".join(parts), noun, list(dict.fromkeys(df["strategy"])), word)
+
+
+def fake_where(df: pd.DataFrame) -> str:
+    """'executed in a fake world (simulated cuda, 2-core host)': short, it goes in every title."""
+    devices = "/".join(sorted(set(df["device"])))
+    cores = df["env_cpu_count"].iloc[0] if "env_cpu_count" in df else None
+    host = f", {int(cores)}-core host" if cores is not None and pd.notna(cores) else ""
+    return f"executed in a fake world (simulated {devices}{host})"
 
 
 def measured_where(df: pd.DataFrame) -> str:

@@ -41,8 +41,8 @@ FILLS = ("full", "none", "left", "top", "bottom", "right")
 # Categories (memory) and collectives (comm) get a palette of their own, distinct from strategies.
 CATEGORY_COLORS = dict(
     zip(
-        ("parameters", "gradients", "optimizer", "activations", "other"),
-        sns.color_palette("Set2", 8).as_hex()[:5],
+        ("parameters", "gradients", "optimizer", "activations", "other", "kv_cache"),
+        sns.color_palette("Set2", 8).as_hex()[:6],
         strict=True,
     )
 )

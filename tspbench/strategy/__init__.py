@@ -3,7 +3,8 @@
     base.py        Strategy (planning, model building, data and loss, gradient sync, checks)
     placement.py   Piece, Placement: which slice of which reference weight a rank holds
     traffic.py     Traffic: the collectives a strategy declares, and what recomputation repeats
-    registry.py    register, get_strategy, available, iter_strategies, check_layout
+    registry.py    register, get_strategy, available, iter_strategies, check_layout,
+                   check_fake_world
 
 The built-in plugins live in the repository's top-level strategies/ folder, installed as
 ``tspbench.strategies``; third-party ones register through the ``tspbench.strategies``
@@ -13,10 +14,18 @@ entry-point group. Importing this package never imports a plugin.
 from tspbench.core.spec import Workload
 from tspbench.strategy.base import LocalBatch, Strategy, divisible
 from tspbench.strategy.placement import Piece, Placement, reference_shape
-from tspbench.strategy.registry import available, check_layout, get_strategy, iter_strategies, register
+from tspbench.strategy.registry import (
+    available,
+    check_fake_world,
+    check_layout,
+    get_strategy,
+    iter_strategies,
+    register,
+)
 from tspbench.strategy.traffic import Traffic, with_recomputation
 
 __all__ = [
-    "LocalBatch", "Piece", "Placement", "Strategy", "Traffic", "Workload", "available", "check_layout",
+    "LocalBatch", "Piece", "Placement", "Strategy", "Traffic", "Workload", "available", "check_fake_world",
+    "check_layout",
     "divisible", "get_strategy", "iter_strategies", "reference_shape", "register", "with_recomputation",
 ]  # fmt: skip

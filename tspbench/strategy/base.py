@@ -31,6 +31,7 @@ from tspbench.dist.mesh import Mesh
 from tspbench.dist.zigzag import zigzag_positions, zigzag_shard, zigzag_unshard
 from tspbench.model.optim import torch_dtype
 from tspbench.model.transformer import Transformer, reference_parameter
+from tspbench.strategy.decode import Decoding
 from tspbench.strategy.placement import Piece, Placement, reference_shape
 from tspbench.strategy.traffic import Traffic, with_recomputation
 
@@ -45,8 +46,9 @@ class LocalBatch:
     global_tokens: int
 
 
-class Strategy:
-    """Base class: subclass, set ``name``/``axes``, and give ``placement`` and ``comm_volume``."""
+class Strategy(Decoding):
+    """Base class: subclass, set ``name``/``axes``, and give ``placement`` and ``comm_volume``.
+    Decode (its cache, slots and steps) comes from tspbench.strategy.decode.Decoding."""
 
     name: ClassVar[str] = ""
     axes: ClassVar[tuple[str, ...]] = ()  # model-parallel axes this strategy uses, outer to inner
@@ -93,6 +95,10 @@ class Strategy:
         for axis in () if cls.padded_shards else cls.weight_axes:  # heads, MLP, vocabulary split
             for what in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size"):
                 divisible(getattr(cfg, what), layout.degree(axis), what, axis)
+        if workload.mode == "decode" and workload.megatron_sp:
+            raise LayoutError(
+                "megatron_sp: decode runs without Megatron sequence parallelism (mode 'decode')"
+            )
         if cls.sequence_axis:
             parts = layout.degree(cls.sequence_axis)
             if workload.seq_len % (2 * parts):
@@ -100,6 +106,12 @@ class Strategy:
                     f"seq_len {workload.seq_len} must be divisible by 2 x "
                     f"{cls.sequence_axis} = {2 * parts} (zigzag chunks)"
                 )
+
+    @classmethod
+    def fake_world_obstacle(cls, layout: Layout, workload: Workload) -> str | None:
+        """Why this point cannot execute under fake tensors (tspbench.measure.fake), or None.
+        Strategies whose wrapper reads tensor data outside the dispatcher say so here."""
+        return None
 
     @classmethod
     def comm_volume(cls, layout: Layout, workload: Workload) -> list[CommRecord]:
@@ -113,8 +125,11 @@ class Strategy:
 
     def step_traffic(self) -> list[Traffic]:
         """Everything one step moves: the strategy's own traffic with what recomputation repeats,
-        the gradient all-reduces and the loss all-reduce."""
+        the gradient all-reduces and the loss all-reduce; in decode mode the prefill (its
+        ``traffic``, phase forward), the first token and ``decode_tokens`` steps (phase decode)."""
         out = with_recomputation(self.traffic(), self.workload)
+        if self.workload.mode == "decode":
+            out += [t for t in self.decode_run_traffic() if t.count]
         if self.workload.mode == "train":
             elt = self.workload.element_size
             for shape, placement in self.local_parameters().values():

@@ -12,10 +12,10 @@ line naming the file, the key path (``sweep.grid.seq_len[2]``) and what is allow
       grid: {seq_len: [512, 1024]}        # product of every axis ...
       zip:                                # ... times each zip group, whose lists move together
         - layout: [{strategy: dp, dp: 4}, {strategy: tp_sp, tp: 2, sp: 2}]
-    run: {warmup: 1, steps: 2, repeats: 1, timeout: 300}
-    executor: local                       # local | slurm | predict
+    run: {warmup: 1, steps: 2, repeats: 1, timeout: 300}   # fake executor: fake_ranks: group | first
+    executor: local                       # local | slurm | predict | fake
     cluster: local                        # slurm/<cluster>.yaml
-    hardware: mi300x                      # for the predict executor
+    hardware: mi300x                      # for the predict executor (and the fake one's predictions)
 
 Sweep values override the base in order: settings/layout < grid < zip; tspbench.sweep.points
 expands them into points.
@@ -50,7 +50,7 @@ from tspbench.core.spec import PRESETS, ModelConfig
 from tspbench.core.units import parse_bytes
 from tspbench.strategy import available
 
-EXECUTORS = ("local", "slurm", "predict")
+EXECUTORS = ("local", "slurm", "predict", "fake")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -63,6 +63,7 @@ SETTINGS = {
     "device": Field(STR, "cpu", DEVICES),
     "megatron_sp": Field(BOOL, False),
     "overlap": Field(BOOL, True),
+    "decode_tokens": Field(INT, 0, minimum=0),  # mode decode: greedy steps after the prefill (>= 1)
     "seed": Field(INT, 0),
     "capacity": Field((str, int), None, nullable=True),  # simulated device memory on CPU: "256MiB"
 }
@@ -85,6 +86,8 @@ RUN = {
     "steps": Field(INT, 2, minimum=1),
     "repeats": Field(INT, 1, minimum=1),
     "timeout": Field(NUM, 600.0, minimum=1),  # seconds per point; an execution limit, not hashed
+    # the fake executor: every rank of the first model-parallel group, or rank 0 alone (faster)
+    "fake_ranks": Field(STR, "group", ("group", "first")),
 }
 TOP = {
     "name": Field(STR, None, required=True),

@@ -1,4 +1,5 @@
-"""The local and predict executors: points measured (or predicted) one after another, here.
+"""The local and predict executors: points measured (or predicted) one after another, here
+(the fake executor, tspbench.sweep.fake, runs its points through ``run_local`` too).
 
 ``measurer`` runs a point through ``tspbench.measure.bench.bench``, which turns OOM, a
 crashing rank and a hang into statuses; anything else that escapes is recorded ``failed``
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tspbench.analytic.decode import decode_record
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict_record
 from tspbench.core.errors import UsageError
@@ -41,10 +43,11 @@ def measurer(hardware: str | None) -> Measure:
 
 
 def predictor(hardware: str) -> Measure:
-    """The analytic model as a measure function."""
+    """The analytic model as a measure function (decode points: its decode model)."""
 
     def predict(point: Point) -> dict[str, Any]:
-        return {**point.base_record(), **predict_record(point.layout, point.workload, hardware)}
+        model = decode_record if point.workload.mode == "decode" else predict_record
+        return {**point.base_record(), **model(point.layout, point.workload, hardware)}
 
     return predict
 
@@ -111,6 +114,13 @@ def _environment(points: list[Point], executor: str) -> dict[str, Any]:
     the hardware profile it assumed."""
     if not points:
         return {}
+    if executor == "fake":
+        return {
+            **environment("cpu"),
+            "executor": "fake",
+            "device": points[0].workload.device,
+            "backend": "fake",
+        }
     if executor != "predict":
         return environment(points[0].workload.device)
     hardware = points[0].config.get("hardware")

@@ -22,6 +22,8 @@ from tspbench.core.units import degrees_text
 from tspbench.strategy import check_layout
 from tspbench.sweep.experiment import LAYOUT, Experiment, check_capacity, model_config
 
+SOURCE_OF_METHOD = {"measure": "measured", "fake": "fake", "predict": "predicted"}  # point config -> record
+
 
 @dataclass(frozen=True)
 class Point:
@@ -60,7 +62,8 @@ class Point:
 
     def base_record(self) -> dict[str, Any]:
         """The identifying part of a record, as bench writes it (for points that never measured)."""
-        return {**point_record(self.layout, self.workload), **self.config["measure"]}
+        source = SOURCE_OF_METHOD.get(self.config["method"], "measured")
+        return {**point_record(self.layout, self.workload, source), **self.config["measure"]}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,8 +124,10 @@ def _resolve(exp: Experiment, choice: dict[str, Any], method: str, hardware: str
         "workload": settings,
         "measure": {**{k: exp.run[k] for k in ("warmup", "steps", "repeats")}, "capacity_bytes": capacity},
     }
-    if method == "predict":
+    if method == "predict" or (method == "fake" and hardware):
         config["hardware"] = hardware
+    if method == "fake":
+        config["fake_ranks"] = exp.run["fake_ranks"]
     return config
 
 

@@ -5,7 +5,8 @@ written. Completed points are skipped, so a killed sweep resumes where it stoppe
 points that did not complete (oom, failed, timeout, cancelled) are results too and rerun only
 with ``retry_failed``. Executors: ``local`` measures points one after another on this machine
 (tspbench.sweep.local); ``slurm`` submits them as submitit job arrays (tspbench.sweep.slurm);
-``predict`` asks the analytic model (tspbench.analytic).
+``predict`` asks the analytic model (tspbench.analytic); ``fake`` executes each point's step
+in the fake world (tspbench.measure.fake): exact memory, comm and FLOPs at any scale, no time.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Any
 
 import torch
 
-from tspbench.core.errors import UsageError
-from tspbench.sweep import local, slurm
+from tspbench.core.errors import LayoutError, UsageError
+from tspbench.measure.fake_cuda import preload_env
+from tspbench.strategy import check_fake_world
+from tspbench.sweep import fake, local, slurm
 from tspbench.sweep.cluster import Profile, load_profile
 from tspbench.sweep.experiment import Experiment, load_experiment
 from tspbench.sweep.points import Point, Skipped, expand
@@ -63,10 +66,10 @@ def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster
         raise UsageError(
             f"{exp.path}: the slurm executor needs a cluster profile: --cluster NAME or cluster:"
         )
-    profile = load_profile(cluster) if cluster is not None and executor != "predict" else None
+    profile = load_profile(cluster) if cluster is not None and executor not in ("predict", "fake") else None
     if executor == "predict" and exp.hardware is None:
         raise UsageError(f"{exp.path}: the predict executor needs a hardware profile: set hardware:")
-    method = "predict" if executor == "predict" else "measure"
+    method = {"predict": "predict", "fake": "fake"}.get(executor, "measure")
     points, skipped = expand(exp, method, exp.hardware)
     if executor == "slurm":
         profile.check_points(points, exp.path)
@@ -75,6 +78,8 @@ def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster
         _check_predictor(exp, points)
     if executor == "local":
         _check_local_devices(exp, points)
+    if executor == "fake":
+        _check_fake_devices(exp, points)
     return Sweep(exp, executor, points, skipped, profile)
 
 
@@ -97,6 +102,21 @@ def _check_local_devices(exp: Experiment, points: list[Point]) -> None:
             f"{exp.path}: device cuda needs {need} GPUs on this machine for the local executor, "
             f"{have} visible; use --executor slurm or predict, or --set settings.device=cpu"
         )
+
+
+def _check_fake_devices(exp: Experiment, points: list[Point]) -> None:
+    """Fake CUDA on a CPU-only torch needs its shim built: now, so a missing compiler stops the run."""
+    for device in sorted({p.config["workload"]["device"] for p in points}):
+        try:
+            preload_env(device)
+        except UsageError as exc:
+            raise UsageError(f"{exp.path}: device {device} with the fake executor: {exc}") from None
+    for point in points:
+        try:
+            check_fake_world(point.layout, point.workload)
+        except LayoutError as exc:
+            where = ", ".join(point.origin) or "the point"
+            raise UsageError(f"{exp.path}: {where}: {exc}") from None
 
 
 def select(
@@ -159,6 +179,9 @@ def execute(sweep: Sweep, todo: list[Point], store: Store, progress: Progress) -
     """Hand the points to the sweep's executor."""
     if sweep.executor == "slurm":
         slurm.run_slurm(todo, store, sweep.profile, progress, sweep.prediction_hardware)
+        return
+    if sweep.executor == "fake":
+        fake.run_fake(todo, store, progress)
         return
     if sweep.executor == "local":
         measure = local.measurer(sweep.prediction_hardware)

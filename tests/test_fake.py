@@ -1,0 +1,304 @@
+"""The fake world (tspbench.measure.fake) against real runs and against what is derived by hand.
+
+CPU path: for every registered strategy at world size 2 and 4 (dp training aside: torch DDP cannot
+run on fake tensors, and the fake world refuses it by name), train (recomputation none,
+selective, full) and prefill, the fake world's peak memory and its breakdown equal a real gloo
+run's to the byte (the real run's smallest peak over a few steps: gloo's worker thread frees a
+finished collective's buffer late in some steps), its collectives equal the real run's
+exactly, and its FLOPs equal torch's FlopCounterMode on the real run.
+
+CUDA path (simulated, bf16): every strategy at world size 2 and 4 trains and prefills; every
+attention call is the flash kernel (at an offset for sequence-sharded strategies), never
+SDPA's math path; the collectives equal the strategy's analytic count; parameters are bf16
+and the optimizer keeps float32 master weights and moments (12 bytes per parameter), except
+FSDP2's float32 shards (4 bytes) with float32 moments (8 bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tspbench.cli.main import main
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.comm import summarize
+from tspbench.dist.fake_world import run_fake_ranks
+from tspbench.dist.launch import launch
+from tspbench.measure import fake_cuda
+from tspbench.measure.fake import fake_bench, fake_rank
+from tspbench.measure.runner import RankRun
+from tspbench.strategy import check_layout, iter_strategies, registry
+
+MODES = (("train", "none"), ("train", "selective"), ("train", "full"), ("infer", "none"))
+TINY = ModelConfig.preset("tiny")
+STRATEGIES = [cls for cls in iter_strategies()]
+
+
+def layout_of(cls: type, world: int) -> Layout:
+    """A layout of ``world`` ranks for any registered strategy: its innermost axes get the
+    factors of two (dp for a strategy without axes)."""
+    axes = list(cls.axes) or ["dp"]
+    degrees = dict.fromkeys(axes, 1)
+    for i in range(round(math.log2(world))):
+        degrees[axes[-1 - i % len(axes)]] *= 2
+    return Layout(cls.name, **degrees)
+
+
+def workloads(dtype: str, device: str, seq_len: int = 256) -> list[Workload]:
+    return [Workload(TINY, 1, seq_len, m, r, dtype, device) for m, r in MODES]
+
+
+def cases(world: int, dtype: str, device: str) -> list[tuple[Layout, list[Workload]]]:
+    out = []
+    for cls in STRATEGIES:
+        layout, loads = layout_of(cls, world), workloads(dtype, device)
+        try:
+            check_layout(layout, loads[0])
+        except ValueError:
+            continue
+        loads = [w for w in loads if not cls.fake_world_obstacle(layout, w)]  # DDP training: below
+        out.append((layout, loads))
+    return out
+
+
+# ----------------------------------------------------------------------------- CPU: equal to gloo
+
+
+def _real(layout: Layout, loads: list[Workload]) -> list[dict]:
+    """Per workload: FLOPs (FlopCounterMode), and the measured step with the smallest peak."""
+    out = []
+    for workload in loads:
+        run = RankRun(layout, workload)
+        flops = run.counted_flops()
+        steps = [run.measured_step() for _ in range(4 if workload.mode == "infer" else 2)]
+        best = min(steps, key=lambda s: s.memory.peak_bytes)
+        out.append({"flops": flops, "memory": best.memory, "comm": summarize(best.comm)})
+    return out
+
+
+def _fake(cases: list[tuple[Layout, list[Workload]]]) -> list[list[dict]]:
+    return [[fake_rank(layout, workload) for workload in loads] for layout, loads in cases]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_cpu_fake_world_equals_a_real_gloo_run(world: int) -> None:
+    todo = cases(world, "float32", "cpu")
+    fake = run_fake_ranks(_fake, range(world), world, todo, workers=2)  # [rank][case][workload]
+    failures = []
+    for c, (layout, loads) in enumerate(todo):
+        real = launch(_real, world, layout, loads)
+        for rank in range(world):
+            for i, workload in enumerate(loads):
+                r, f = real[rank][i], fake[rank][c][i]
+                where = f"{layout.describe()} rank {rank} {workload.mode}/{workload.recompute}"
+                got, want = (
+                    (f["memory"].peak_bytes, f["memory"].by_category),
+                    (r["memory"].peak_bytes, r["memory"].by_category),
+                )
+                if got != want:
+                    failures.append(f"{where}: memory fake {got} != real {want}")
+                if summarize(f["comm"]) != r["comm"]:
+                    failures.append(f"{where}: comm fake {summarize(f['comm'])} != real {r['comm']}")
+                if f["flops"] != r["flops"]:
+                    failures.append(f"{where}: FLOPs fake {f['flops']} != real {r['flops']}")
+    assert not failures, "\n".join(failures)
+
+
+# ----------------------------------------------------------------------------- CUDA, simulated
+
+
+class AttentionCalls(TorchDispatchMode):
+    """The attention kernels a step calls, (op, query length, key length), and any plain
+    softmax (SDPA's math path would compute one over an [Sq, Sk] score matrix)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if "attention" in name or name == "_softmax":
+            first = 1 if name.endswith("_backward") else 0  # backward: (grad_out, q, k, v, ...)
+            q, k = args[first], args[first + 1] if name != "_softmax" else args[first]
+            self.calls.append((name, q.shape[-2], k.shape[-2]))
+        return func(*args, **(kwargs or {}))
+
+
+def _cuda_rank(cases: list[tuple[Layout, list[Workload]]]) -> list[list[dict]]:
+    out = []
+    for layout, loads in cases:
+        results = []
+        for workload in loads:
+            with AttentionCalls() as seen:  # a user mode: runs before the fake mode, sees every op
+                results.append({**fake_rank(layout, workload), "attention": seen.calls})
+        out.append(results)
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_cuda_path_bf16_every_strategy(world: int) -> None:
+    todo = cases(world, "bfloat16", "cuda")
+    env = fake_cuda.preload_env("cuda")
+    executed = [0, world - 1]  # the first and the last rank of each layout: lean
+    ranks = dict(
+        zip(executed, run_fake_ranks(_cuda_rank, executed, world, todo, workers=2, env=env), strict=True)
+    )
+    failures = []
+    for c, (layout, loads) in enumerate(todo):
+        cls = check_layout(layout, loads[0])
+        for rank in executed:
+            for i, workload in enumerate(loads):
+                r = ranks[rank][c][i]
+                where = f"{layout.describe()} rank {rank} {workload.mode}/{workload.recompute}"
+                kernels = {name for name, _, _ in r["attention"]}
+                if kernels != {"_scaled_dot_product_flash_attention"} | (
+                    {"_scaled_dot_product_flash_attention_backward"} if workload.mode == "train" else set()
+                ):
+                    failures.append(f"{where}: attention kernels {sorted(kernels)}")
+                sharded = cls.sequence_axis is not None and layout.degree(cls.sequence_axis) > 1
+                if sharded and not any(sq < sk for _, sq, sk in r["attention"]):
+                    failures.append(f"{where}: no query chunk at an offset reached the flash kernel")
+                if summarize(r["comm"]) != summarize(cls.comm_volume(layout, workload)):
+                    failures.append(f"{where}: comm {summarize(r['comm'])} != analytic")
+                params = sum(
+                    math.prod(shape)
+                    for shape, _ in cls.for_analysis(layout, workload).local_parameters().values()
+                )
+                # bf16 weights with float32 master copies and moments in the optimizer (2 + 12 B),
+                # except under FSDP2, whose shards stay float32 (the masters; bf16 only gathered)
+                per_param, per_state = (4, 8) if layout.strategy.startswith("fsdp") else (2, 12)
+                state = r["state"]
+                if state["parameters"] != per_param * params:
+                    failures.append(
+                        f"{where}: parameters {state['parameters']} B != {per_param} B x {params}"
+                    )
+                if workload.mode == "train" and state["optimizer"] != per_state * params:
+                    failures.append(f"{where}: optimizer {state['optimizer']} B != {per_state} B x {params}")
+                if r["memory"].method != "fake":
+                    failures.append(f"{where}: memory method {r['memory'].method}")
+    assert not failures, "\n".join(failures)
+
+
+# ----------------------------------------------------------------------------- failures are data
+
+FAULTS = """
+import time
+
+from tspbench.strategies.dp import DataParallel
+
+
+class NonzeroDP(DataParallel):
+    name = "fake_fault_nonzero"
+
+    def shard_batch(self, tokens, targets):
+        batch = super().shard_batch(tokens, targets)
+        batch.tokens.nonzero()  # an output shape that depends on the token values
+        return batch
+
+
+class RaisingDP(DataParallel):
+    name = "fake_fault_raise"
+
+    def build(self):
+        if self.mesh.rank == 1:
+            raise RuntimeError("injected fault on rank 1")
+        return super().build()
+
+
+class HangingDP(DataParallel):
+    name = "fake_fault_hang"
+
+    def build(self):
+        time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three faulty strategies, registered here and installed (an entry point on PYTHONPATH) for
+    the fake world's workers."""
+    (tmp_path / "tspbench_fake_faults.py").write_text(FAULTS)
+    info = tmp_path / "tspbench_fake_faults-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tspbench-fake-faults\nVersion: 0.0\n")
+    names = {
+        "fake_fault_nonzero": "NonzeroDP",
+        "fake_fault_raise": "RaisingDP",
+        "fake_fault_hang": "HangingDP",
+    }
+    entries = "".join(f"{n} = tspbench_fake_faults:{c}\n" for n, c in names.items())
+    (info / "entry_points.txt").write_text(f"[tspbench.strategies]\n{entries}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tspbench_fake_faults as module
+
+    for name, cls_name in names.items():  # removed again after the test: nothing else sees them
+        monkeypatch.setitem(registry._REGISTRY, name, getattr(module, cls_name))
+
+
+def _children() -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        found.update(int(p) for p in (task / "children").read_text().split())
+    return found
+
+
+def test_an_op_without_a_fake_kernel_or_a_raising_rank_is_a_failed_record(faults: None) -> None:
+    workload = Workload(TINY, 1, 128, "infer", device="cpu")  # prefill: no DDP (cannot run on fakes)
+    before = _children()
+    record = fake_bench(Layout("fake_fault_nonzero", dp=2), workload, ranks=[0])
+    assert record["status"] == "failed" and record["failed_op"] == "aten.nonzero.default"
+    assert record["error"].startswith("rank 0 raised FakeOpError: aten.nonzero.default")
+    record = fake_bench(Layout("fake_fault_raise", dp=2), workload, ranks=[0, 1])
+    assert record["status"] == "failed" and record["failed_rank"] == 1
+    assert "injected fault on rank 1" in record["error"] and "failed_op" not in record
+    record = fake_bench(Layout("fake_fault_hang", dp=2), workload, ranks=[0], timeout=3)
+    assert record["status"] == "timeout"
+    assert _children() <= before  # every worker is gone
+
+
+# ----------------------------------------------------------------------------- command line, sweep
+
+
+def test_bench_fake_json_and_its_usage_errors(capsys: pytest.CaptureFixture) -> None:
+    base = ["bench", "--fake", "--device", "cpu", "--strategy", "tp", "--tp", "2", "--seq-len", "128"]
+    assert main([*base, "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["source"], record["peak_memory_method"], record["fake_ranks"]) == ("fake", "fake", [0, 1])
+    assert (
+        "step_time_s" not in record
+        and record["comm_bytes_per_step"] == record["predicted_comm_bytes_per_step"]
+    )
+    assert [r["rank"] for r in record["peak_memory_by_rank"]] == [0, 1]
+    for argv, says in (
+        ([*base, "--fake-ranks", "2"], "has 2 ranks"),
+        ([*base[:1], *base[2:], "--fake-ranks", "0"], "needs --fake"),
+        (["bench", "--fake", "--strategy", "dp", "--dp", "2", "--seq-len", "128"], "DDP's C++ reducer"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err, err
+
+
+def test_the_fake_executor_runs_a_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "name: fakes\nmodel: {preset: tiny}\nsettings: {seq_len: 128, device: cpu}\n"
+        "layout: {strategy: sp, sp: 2}\nsweep: {grid: {dp: [1, 64]}}\nrun: {fake_ranks: first}\n"
+    )
+    assert main(["run", str(path), "--executor", "fake", "--results", str(tmp_path / "results")]) == 0
+    records = [json.loads(p.read_text()) for p in (tmp_path / "results" / "fakes").glob("*/result.json")]
+    assert sorted(r["world_size"] for r in records) == [2, 128]
+    assert all(
+        r["source"] == "fake" and r["fake_ranks"] == [0] and r["status"] == "completed" for r in records
+    )
+    assert main(["report", str(tmp_path / "results" / "fakes")]) == 0
+    report = (tmp_path / "results" / "fakes" / "report" / "report.md").read_text()
+    assert "executed in a fake world" in report and "memory_parity.png" in report
+    summary = (tmp_path / "results" / "fakes" / "report" / "summary.md").read_text()
+    assert "peak fake world" in summary and "| fake |" in summary

@@ -1,0 +1,167 @@
+"""``tspbench bench --mode decode``: one decode point measured, as one flat record.
+
+Per point (every rank): a capacity check run first when a capacity is simulated; a warm-up run
+with its FLOPs counted (FlopCounterMode, prefill and steps apart); ``warmup - 1`` more warm-up
+runs; one tracked run (collectives counted, peak memory by category with the KV cache as
+``kv_cache``); then ``repeats x steps`` timed runs. A run is a whole decode: the prefill of
+``seq_len`` context tokens and ``decode_tokens`` greedy steps, each part timed after a barrier
+and taken on the slowest rank.
+
+Record columns beside point_record's:
+    ttft_s, ttft_times_s            the prefill (time to first token), median over timed runs
+    tpot_s (= tpot_p50_s), tpot_p90_s, tpot_p99_s, tpot_times_s
+                                    time per output token over every step of every timed run
+    decode_tokens_per_s             B x data degree / tpot_s (every replica's sequences)
+    peak_memory_*                   the tracked run's peak, with peak_memory_kv_cache_bytes
+    kv_cache_bytes                  the cache one rank allocates (max over ranks)
+    comm_*                          the tracked run's collectives (comm_fields: prefill is phase
+                                    forward, steps phase decode)
+    decode_comm_bytes_per_step, decode_comm_<op>_bytes_per_step
+                                    the decode phase's bus bytes / decode_tokens (busiest rank)
+    hardware_flops_prefill_per_gpu, hardware_flops_per_decode_step_per_gpu   (max over ranks)
+    energy_per_token_j              joules of the timed runs' steps / their generated tokens,
+                                    summed over the ranks that read a counter
+                                    (tspbench.measure.energy), or null with energy_unavailable
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch.distributed as dist
+
+from tspbench.analytic.decode import predict_decode
+from tspbench.core.records import comm_fields
+from tspbench.core.spec import Layout, Workload
+from tspbench.measure.energy import open_meter
+from tspbench.measure.runner import RankRun
+
+
+def rank_bench_decode(
+    layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None
+) -> dict:
+    run = RankRun(layout, workload)
+    if capacity_bytes is not None:  # over capacity: fail in the first run
+        run.measured_step(capacity_bytes)
+    flops = run.decode_run(count_flops=True).flops
+    for _ in range(warmup - 1):
+        run.decode_run()
+    measured = run.measured_step(capacity_bytes)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    meter = open_meter(run.device, rank)
+    timed = [
+        run.decode_run(timed=True, meter=meter if meter.contributes else None) for _ in range(steps * repeats)
+    ]
+    return {
+        "rank": rank,
+        "times": [t.times_s for t in timed],  # per run: prefill, then each step
+        "energy": [t.energy_j for t in timed] if meter.contributes else None,
+        "energy_source": meter.source,
+        "energy_unavailable": meter.unavailable,
+        "comm": measured.comm,
+        "memory": measured.memory,
+        "cache_bytes": measured.output.cache_bytes,
+        "flops": flops,
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
+    """The measured columns of a decode point (module doc) from every rank's results."""
+    n, runs = workload.decode_tokens, len(ranks[0]["times"])
+    slowest = [[max(r["times"][i][j] for r in ranks) for j in range(n + 1)] for i in range(runs)]
+    ttft = [run[0] for run in slowest]
+    tpot = [t for run in slowest for t in run[1:]]
+    median = statistics.median(tpot)
+    seqs = layout.data_degree * workload.batch
+    top = max(ranks, key=lambda r: r["memory"].peak_bytes)
+    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    per_step = decode_comm_fields(busiest["comm"], n)
+    return {
+        "ttft_s": statistics.median(ttft),
+        "ttft_times_s": ttft,
+        "tpot_s": median,
+        "tpot_p50_s": median,
+        "tpot_p90_s": percentile(tpot, 0.9),
+        "tpot_p99_s": percentile(tpot, 0.99),
+        "tpot_times_s": tpot,
+        "step_time_s": statistics.median(sum(run) for run in slowest),  # a whole decode run
+        "tokens_per_step": seqs * (n + 1),
+        "decode_tokens_per_s": seqs / median,
+        **top["memory"].to_record(),
+        "peak_memory_rank": top["rank"],
+        "peak_memory_bytes_per_rank": [r["memory"].peak_bytes for r in ranks],
+        "kv_cache_bytes": max(r["cache_bytes"] for r in ranks),
+        **comm_fields(busiest["comm"]),
+        **per_step,
+        "hardware_flops_prefill_per_gpu": max(r["flops"].get("prefill", 0) for r in ranks),
+        "hardware_flops_per_decode_step_per_gpu": max(r["flops"].get("steps", 0) for r in ranks) / n,
+        **energy_fields(ranks, seqs * n * runs),
+    }
+
+
+def decode_comm_fields(records: list, steps: int) -> dict[str, float]:
+    """Bus bytes of one decode step (the decode phase / ``steps``), in total and by op."""
+    out = {"decode_comm_bytes_per_step": 0.0}
+    for r in records:
+        if r.phase == "decode":
+            out["decode_comm_bytes_per_step"] += r.bus_bytes / steps
+            key = f"decode_comm_{r.op}_bytes_per_step"
+            out[key] = out.get(key, 0.0) + r.bus_bytes / steps
+    return out
+
+
+def energy_fields(ranks: list[dict], tokens: int) -> dict[str, object]:
+    """Energy per generated token of the timed steps, summed over the ranks that read a counter."""
+    readers = [r for r in ranks if r["energy"] is not None]
+    if not readers:
+        return {
+            "energy_per_token_j": None,
+            "energy_source": None,
+            "energy_unavailable": ranks[0]["energy_unavailable"],
+        }
+    steps = sum(e.get("steps", 0.0) for r in readers for e in r["energy"])
+    prefill = sum(e.get("prefill", 0.0) for r in readers for e in r["energy"])
+    return {
+        "energy_per_token_j": steps / tokens,
+        "energy_decode_j": steps,
+        "energy_prefill_j": prefill,
+        "energy_source": readers[0]["energy_source"],
+        "energy_unavailable": None,
+    }
+
+
+def decode_prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+    """The decode model's numbers (tspbench.analytic.decode) beside the measured ones, with the
+    signed relative errors of TTFT, TPOT p50, the KV cache, the peak and the per-step comm."""
+    p = predict_decode(
+        layout,
+        workload.model,
+        workload.batch,
+        workload.seq_len,
+        workload.decode_tokens,
+        workload.dtype,
+        hardware or "cpu",
+    )
+    predicted = p.record()
+    out: dict[str, object] = {"predicted_hardware": p.hardware.name}
+    for column in PREDICTED_DECODE_COLUMNS:
+        out[f"predicted_{column}"] = predicted[column]
+        if record.get("status") == "completed" and record.get(column):
+            out[f"predicted_{column}_error"] = predicted[column] / record[column] - 1
+    return out
+
+
+PREDICTED_DECODE_COLUMNS = (
+    "ttft_s",
+    "tpot_p50_s",
+    "kv_cache_bytes",
+    "peak_memory_bytes",
+    "decode_comm_bytes_per_step",
+)
