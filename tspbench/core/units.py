@@ -41,3 +41,12 @@ def degrees_text(strategy: str, degrees: Mapping[str, int], with_dp: bool = True
     dp = int(degrees.get("dp", 1))
     shown = [*mp, "dp"] if with_dp and (dp > 1 or strategy == "dp" or not mp) else mp
     return " x ".join(f"{a}{int(degrees.get(a, 1))}" for a in shown) or "1"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0 <= q <= 1) of ``values``, linearly interpolated between order statistics
+    (numpy's default), e.g. a step time's p90."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

@@ -33,7 +33,7 @@ from tspbench.analytic.predict import predict
 from tspbench.core.errors import WorkloadError
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
-from tspbench.core.units import excerpt
+from tspbench.core.units import excerpt, percentile
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
 from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
@@ -72,13 +72,6 @@ def rank_bench(
         "flops": flops,
         "first_tracked_step": first_tracked_step(warmup, capacity_bytes),
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:

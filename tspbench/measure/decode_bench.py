@@ -33,6 +33,7 @@ import torch.distributed as dist
 from tspbench.analytic.decode import predict_decode
 from tspbench.core.records import comm_fields
 from tspbench.core.spec import Layout, Workload
+from tspbench.core.units import percentile
 from tspbench.measure.energy import open_meter
 from tspbench.measure.runner import RankRun
 
@@ -63,13 +64,6 @@ def rank_bench_decode(
         "cache_bytes": measured.output.cache_bytes,
         "flops": flops,
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
