@@ -272,10 +272,10 @@ class MemoryTracker(TorchDispatchMode):
 
     # ---- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE:  # half of all calls under fake tensors: a device query allocates nothing
+            return func(*args, **(kwargs or {}))
         written = [(s, s.data_ptr(), s.nbytes()) for t in _written(func, args, kwargs) for s in _storages(t)]
         out = func(*args, **(kwargs or {}))
-        if func is _DEVICE:  # half of all calls under fake tensors: a device query allocates nothing
-            return out
         for storage, ptr, nbytes in written:
             if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
                 self._reallocated(storage)

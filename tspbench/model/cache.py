@@ -80,9 +80,15 @@ class KVCache:
     ) -> KVCache:
         """A sequence-sharded rank's cache: context [batch, kv_heads, context, d] and tail
         [slots, kv_heads, steps, d] per layer, K and V."""
-        return cls(
-            [_layer(batch, slots, kv_heads, context, steps, head_dim, dtype, device) for _ in range(n_layers)]
-        )
+
+        def zeros(rows: int, length: int) -> Tensor:
+            return torch.zeros(rows, kv_heads, length, head_dim, dtype=dtype, device=device)
+
+        def layer() -> LayerCache:
+            context_kv = zeros(batch, context), zeros(batch, context)
+            return LayerCache(*context_kv, zeros(slots, steps), zeros(slots, steps))
+
+        return cls([layer() for _ in range(n_layers)])
 
     @classmethod
     def joined(
@@ -114,22 +120,6 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors())
-
-
-def _layer(
-    batch: int,
-    slots: int,
-    kv_heads: int,
-    context: int,
-    steps: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-) -> LayerCache:
-    def zeros(rows: int, length: int) -> Tensor:
-        return torch.zeros(rows, kv_heads, length, head_dim, dtype=dtype, device=device)
-
-    return LayerCache(zeros(batch, context), zeros(batch, context), zeros(slots, steps), zeros(slots, steps))
 
 
 def cached_attention(q: Tensor, k: Tensor, v: Tensor, cache: LayerCache, step: int) -> Tensor:
