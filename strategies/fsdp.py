@@ -212,6 +212,7 @@ class FullyShardedDataParallel(Strategy):
             held_weights=root * g,
             forward_work=2 * block * g + max(terms.forward_work, max(block, root) * g),
             backward_work=terms.backward_work + 2 * block * g + 2 * block * r,
+            attention_backward_work=terms.attention_backward_work + 2 * block * g + 2 * block * r,
             head_forward_work=terms.head_forward_work + block * g,
             prefill_head=terms.prefill_head + block * g,
         )

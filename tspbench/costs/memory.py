@@ -10,7 +10,9 @@ and a timeline that walks a step and takes the peak of the moments where memory 
     head bwd    persistent + everything saved + the loss/head backward working memory
     block bwd   persistent + gradients so far + saved of the blocks not yet done
                 + the block's backward working memory (under full recomputation the
-                block's forward is re-run first, so its full saved set is live too)
+                block's forward is re-run first, so its full saved set is live too), the
+                larger of its two halves: the MLP's backward runs first, the attention's
+                after it, when the MLP's saved tensors are already freed
     optimizer   persistent + all gradients + the optimizer's working buffers
     prefill     persistent + one residual stream + a block's (or the head's) working memory
 
@@ -65,7 +67,7 @@ class ActivationTerms:
     saved_layer: dict[str, int]  # per block, by recomputation mode
     stream: int  # one residual-stream tensor [B, T_stream, h]
     forward_work: int  # inside a block's forward, beyond what it saves (prefill peaks here)
-    backward_work: int  # inside a block's backward, beyond saved tensors and gradients
+    backward_work: int  # inside a block's (MLP) backward, beyond saved tensors and gradients
     fixed_saved: int  # saved once: rotary tables, token ids
     head_saved: int  # final norm, head and loss tensors kept for backward
     head_forward_work: int  # logits and loss working memory in the training forward
@@ -73,6 +75,10 @@ class ActivationTerms:
     prefill_head: int  # prefill: the logits output and the head's working memory
     resident: int = 0  # buffers a wrapper holds across steps (DDP's gradient buckets), as other
     held_weights: int = 0  # gathered weights held from forward to the end of backward (FSDP's root)
+    # the attention half of a block's backward, when it is written apart: its working memory,
+    # and the block's saved bytes the MLP's backward (which runs before it) has freed by then
+    attention_backward_work: int = 0
+    mlp_saved: int = 0
 
 
 # The step phase (as the tracker labels allocations: tspbench.dist.comm.phase) of each moment.
@@ -158,7 +164,9 @@ def predict_memory(
         for label, done in (("last block backward", 0), ("first block backward", L - 1)):
             live = terms.fixed_saved + (L - done) * saved + rerun
             grads = head_grads + sum(layer_grads[L - done :])
-            add(label, activations=live, gradients=grads, other=terms.stream + terms.backward_work)
+            halves = ((live, terms.backward_work), (live - terms.mlp_saved, terms.attention_backward_work))
+            saved_now, work = max(halves, key=sum)
+            add(label, activations=saved_now, gradients=grads, other=terms.stream + work)
         add("optimizer", 0, gradients=params, other=optimizer_work(max(param_bytes.values()), elt))
     name = max(moments, key=lambda k: moments[k][0])
     peak, by = moments[name]
@@ -220,7 +228,9 @@ def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = 
         saved_layer={"none": none, "selective": selective, "full": stream},
         stream=stream,
         forward_work=stream + s.act(T, s.hidden) + 4 * s.act(T, s.ffn) + (inputs if megatron_sp else 0),
-        backward_work=_autograd_backward_work(s, gathered),
+        backward_work=5 * s.act(T, s.ffn),  # six [B, T, f] temporaries, the gated product (saved) freed
+        attention_backward_work=_attention_backward_work(s, gathered),
+        mlp_saved=mlp + s.act(T, s.hidden),
         fixed_saved=2 * T * (s.q // s.heads) * s.elt + B * T * (9 if vocab_parallel else 8),
         head_saved=head_saved,
         head_forward_work=logits * s.elt + upcast,
@@ -236,16 +246,12 @@ def _gqa_expansion(s: Shapes) -> int:
     return math.ceil(2 * s.act(s.seq, s.q) * (2 * s.kv_parts + 1) / (2 * s.kv_parts))
 
 
-def _autograd_backward_work(s: Shapes, gathered: bool) -> int:
-    """Working memory of the larger of a block's two backward peaks, beyond its saved tensors.
-
-    MLP: the gated product's backward holds six [B, T, f] temporaries while the product
-    itself (saved by w2) is already freed: five net. Attention: the output-projection grad and
-    the flash gradients dq, dk, dv; with a K/V gather also the prefix dK, dV and the
-    whole-sequence dK, dV they are concatenated into.
+def _attention_backward_work(s: Shapes, gathered: bool) -> int:
+    """Working memory of a block's attention backward, beyond its saved tensors (the MLP's are
+    freed by then): the output-projection grad and the flash gradients dq, dk, dv; with a K/V gather also the
+    prefix dK, dV and the whole-sequence dK, dV they are concatenated into.
     """
-    mlp = 5 * s.act(s.tokens, s.ffn)
     attention = 2 * s.act(s.tokens, s.q) + 2 * s.act(s.tokens, s.kv)
     if gathered:  # dK, dV of the key prefix, and the whole-sequence dK, dV they are joined into
         attention += 4 * s.act(s.seq, s.kv)
-    return max(mlp, attention)
+    return attention
