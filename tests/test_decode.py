@@ -132,7 +132,6 @@ BAD = [
     (["--mode", "decode"], "--mode decode needs --decode-tokens"),
     (["--mode", "decode", "--decode-tokens", "0"], "--decode-tokens: must be >= 1"),
     (["--mode", "decode", "--decode-tokens", "8", "--seq-len", "16380"], "exceeds max_seq_len 16384"),
-    (["--mode", "decode", "--decode-tokens", "4", "--fake"], "cannot run in the fake world: mode 'decode'"),
     (["--mode", "decode", "--decode-tokens", "4", "--capacity", "1KiB"], "the KV cache needs"),
 ]
 

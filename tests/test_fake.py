@@ -2,10 +2,11 @@
 
 CPU path: for every registered strategy at world size 2 and 4 (dp training aside: torch DDP cannot
 run on fake tensors, and the fake world refuses it by name), train (recomputation none,
-selective, full) and prefill, the fake world's peak memory and its breakdown equal a real gloo
-run's to the byte (the real run's smallest peak over a few steps: gloo's worker thread frees a
-finished collective's buffer late in some steps), its collectives equal the real run's
-exactly, and its FLOPs equal torch's FlopCounterMode on the real run.
+selective, full), prefill and decode (a KV cache, then greedy steps), the fake world's peak
+memory and its breakdown equal a real gloo run's to the byte (the real run's smallest peak over
+a few steps: gloo's worker thread frees a finished collective's buffer late in some steps), its
+collectives equal the real run's exactly, and its FLOPs equal torch's FlopCounterMode on the
+real run.
 
 CUDA path (simulated, bf16): every strategy at world size 2 and 4 trains and prefills; every
 attention call is the flash kernel (at an offset for sequence-sharded strategies), never
@@ -49,14 +50,17 @@ def layout_of(cls: type, world: int) -> Layout:
     return Layout(cls.name, **degrees)
 
 
-def workloads(dtype: str, device: str, seq_len: int = 256) -> list[Workload]:
-    return [Workload(TINY, 1, seq_len, m, r, dtype, device) for m, r in MODES]
+def workloads(dtype: str, device: str, seq_len: int = 256, decode: bool = False) -> list[Workload]:
+    loads = [Workload(TINY, 1, seq_len, m, r, dtype, device) for m, r in MODES]
+    if decode:  # a context of seq_len tokens in the KV cache, then greedy steps
+        loads.append(Workload(TINY, 2, seq_len, "decode", "none", dtype, device, decode_tokens=3))
+    return loads
 
 
-def cases(world: int, dtype: str, device: str) -> list[tuple[Layout, list[Workload]]]:
+def cases(world: int, dtype: str, device: str, decode: bool = False) -> list[tuple[Layout, list[Workload]]]:
     out = []
     for cls in STRATEGIES:
-        layout, loads = layout_of(cls, world), workloads(dtype, device)
+        layout, loads = layout_of(cls, world), workloads(dtype, device, decode=decode)
         try:
             check_layout(layout, loads[0])
         except ValueError:
@@ -82,12 +86,18 @@ def _real(layout: Layout, loads: list[Workload]) -> list[dict]:
 
 
 def _fake(cases: list[tuple[Layout, list[Workload]]]) -> list[list[dict]]:
-    return [[fake_rank(layout, workload) for workload in loads] for layout, loads in cases]
+    out = []
+    for layout, loads in cases:
+        ranks = [fake_rank(layout, workload) for workload in loads]
+        for r in ranks:  # decode: FLOPs by part (prefill, steps); the real count is the whole run's
+            r["flops"] = sum(r["flops"].values()) if isinstance(r["flops"], dict) else r["flops"]
+        out.append(ranks)
+    return out
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_cpu_fake_world_equals_a_real_gloo_run(world: int) -> None:
-    todo = cases(world, "float32", "cpu")
+    todo = cases(world, "float32", "cpu", decode=True)
     fake = run_fake_ranks(_fake, range(world), world, todo, workers=2)  # [rank][case][workload]
     failures = []
     for c, (layout, loads) in enumerate(todo):
@@ -302,3 +312,18 @@ def test_the_fake_executor_runs_a_sweep(tmp_path: Path, capsys: pytest.CaptureFi
     assert "executed in a fake world" in report and "memory_parity.png" in report
     summary = (tmp_path / "results" / "fakes" / "report" / "summary.md").read_text()
     assert "peak fake world" in summary and "| fake |" in summary
+
+
+def test_bench_fake_decode_records_the_cache_comm_and_flops_but_no_time(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    argv = ["bench", "--fake", "--device", "cpu", "--strategy", "tsp", "--tsp", "2", "--seq-len", "64"]
+    assert main([*argv, "--mode", "decode", "--decode-tokens", "3", "--batch", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    cache = 2 * TINY.n_layers * 2 * (64 + 3) * TINY.kv_hidden * 4 // 2  # K and V, half the positions a rank
+    assert (r["status"], r["kv_cache_bytes"], r["peak_memory_kv_cache_bytes"]) == ("completed", cache, cache)
+    assert r["decode_comm_bytes_per_step"] == r["predicted_decode_comm_bytes_per_step"] > 0
+    assert r["hardware_flops_per_decode_step_per_gpu"] > 0 and r["tokens_per_step"] == 2 * 4
+    assert "tpot_s" not in r and "ttft_s" not in r and r["energy_unavailable"] == "fake world: no kernel runs"
+    assert main([*argv, "--mode", "decode", "--decode-tokens", "3"]) == 0
+    assert "kv cache" in capsys.readouterr().out.lower()

@@ -159,6 +159,9 @@ def print_record(r: dict) -> None:
     if r["status"] != "completed":
         print(r.get("error") or "")
         return
+    if r["mode"] == "decode":
+        print_decode(r)
+        return
     if r.get("source") == "fake":
         print_fake(r)
         return
@@ -198,6 +201,43 @@ def print_fake(r: dict) -> None:
         f"  predicted     peak {r['predicted_peak_memory_bytes'] / 2**30:.3f} GiB "
         f"({r['predicted_memory_error']:+.1%}), comm {r['predicted_comm_bytes_per_step'] / 2**30:.3f} GiB, "
         f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
+    )
+
+
+def print_decode(r: dict) -> None:
+    """A decode record, measured (TTFT, TPOT, energy) or executed in a fake world (no time)."""
+    ms = 1e3
+    if r.get("source") == "fake":
+        print(f"  executed in a fake world of {r['world_size']} ranks: ranks {r['fake_ranks']} (no time)")
+    else:
+        print(
+            f"  TTFT {r['ttft_s'] * ms:.1f} ms   TPOT p50 {r['tpot_p50_s'] * ms:.2f}  p90 "
+            f"{r['tpot_p90_s'] * ms:.2f}  p99 {r['tpot_p99_s'] * ms:.2f} ms   "
+            f"{r['decode_tokens_per_s']:.1f} tokens/s"
+        )
+        energy = r.get("energy_per_token_j")
+        print(
+            f"  energy/token  {energy:.4g} J"
+            if energy is not None
+            else f"  energy: {r['energy_unavailable']}"
+        )
+    peak, rank = r["peak_memory_bytes"] / 2**20, r["peak_memory_rank"]
+    print(
+        f"  peak memory   {peak:10.2f} MiB (max over ranks, rank {rank}); "
+        f"KV cache {r['kv_cache_bytes'] / 2**20:.2f} MiB"
+    )
+    print(f"  comm/decode step {r['decode_comm_bytes_per_step'] / 2**20:.3f} MiB bus bytes (busiest rank)")
+    print(
+        f"  hardware FLOPs/GPU: prefill {r['hardware_flops_prefill_per_gpu']:.4g}, "
+        f"decode step {r['hardware_flops_per_decode_step_per_gpu']:.4g}"
+    )
+    errors = [
+        f"{c.removeprefix('predicted_').removesuffix('_error')} {r[c]:+.1%}"
+        for c in sorted(r)
+        if c.startswith("predicted_") and c.endswith("_error")
+    ]
+    print(
+        f"  predicted on {r['predicted_hardware']}: " + (", ".join(errors) or "no measured column to compare")
     )
 
 

@@ -75,8 +75,6 @@ def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict
     median = statistics.median(tpot)
     seqs = layout.data_degree * workload.batch
     top = max(ranks, key=lambda r: r["memory"].peak_bytes)
-    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
-    per_step = decode_comm_fields(busiest["comm"], n)
     return {
         "ttft_s": statistics.median(ttft),
         "ttft_times_s": ttft,
@@ -91,12 +89,23 @@ def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict
         **top["memory"].to_record(),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": [r["memory"].peak_bytes for r in ranks],
+        **decode_work_fields(workload, ranks),
+        **energy_fields(ranks, seqs * n * runs),
+    }
+
+
+def decode_work_fields(workload: Workload, ranks: list[dict]) -> dict[str, object]:
+    """What a decode point's ranks hold, move and compute, time aside (a real or a fake run):
+    the cache, the collectives (in all and per decode step, busiest rank), the FLOPs of the
+    prefill and of one step (max over ranks; ``flops`` by part: prefill, steps)."""
+    n = workload.decode_tokens
+    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    return {
         "kv_cache_bytes": max(r["cache_bytes"] for r in ranks),
         **comm_fields(busiest["comm"]),
-        **per_step,
+        **decode_comm_fields(busiest["comm"], n),
         "hardware_flops_prefill_per_gpu": max(r["flops"].get("prefill", 0) for r in ranks),
         "hardware_flops_per_decode_step_per_gpu": max(r["flops"].get("steps", 0) for r in ranks) / n,
-        **energy_fields(ranks, seqs * n * runs),
     }
 
 

@@ -45,7 +45,8 @@ from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.fake_world import FakeWorld, run_fake_ranks
 from tspbench.dist.launch import LaunchTimeout, RankError
 from tspbench.measure import fake_cuda
-from tspbench.measure.bench import prediction_fields
+from tspbench.measure.bench import predictions
+from tspbench.measure.decode_bench import decode_work_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
 from tspbench.measure.runner import RankRun
@@ -76,12 +77,16 @@ def fake_rank(layout: Layout, workload: Workload, capacity_bytes: int | None = N
         with FakeTensorMode(), simulated_gpu(workload.device):
             run = RankRun(layout, workload, fake_device(workload))
             create_optimizer_state(run)
-            with FlopTally() as tally:
+            if workload.mode == "decode":  # FLOPs of the prefill and the steps apart, in a run of their own
+                flops: int | dict[str, int] = run.decode_run(count_flops=True).flops
                 measured = run.measured_step(capacity_bytes)
-            flops = tally.total
+            else:
+                with FlopTally() as tally:
+                    measured = run.measured_step(capacity_bytes)
+                flops = tally.total
     except tuple(NO_FAKE_KERNEL) as exc:
         raise FakeOpError(f"{exc.func} {NO_FAKE_KERNEL[type(exc)]}: it cannot run on fake tensors") from exc
-    return {
+    out = {
         "rank": dist.get_rank(),
         "comm": measured.comm,
         "memory": dataclasses.replace(measured.memory, method="fake"),
@@ -89,6 +94,9 @@ def fake_rank(layout: Layout, workload: Workload, capacity_bytes: int | None = N
         "flops": flops,
         "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
     }
+    if workload.mode == "decode":
+        out["cache_bytes"] = measured.output.cache_bytes
+    return out
 
 
 def create_optimizer_state(run: RankRun) -> None:
@@ -115,12 +123,9 @@ def fake_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[s
     """Memory, state, FLOPs and comm of the executed ranks (max over them, as bench takes), and
     each rank's peak by category."""
     top = max(ranks, key=lambda r: r["memory"].peak_bytes)
-    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    work = decode_fields if workload.mode == "decode" else step_fields
     return {
-        "tokens_per_step": layout.dp * workload.batch * workload.seq_len,
-        "model_flops_per_step": model_flops_per_step(
-            workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
-        ),
+        **work(layout, workload, ranks),
         **top["memory"].to_record(),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": [r["memory"].peak_bytes for r in ranks],
@@ -128,9 +133,31 @@ def fake_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[s
             {"rank": r["rank"], **{c: r["memory"].by_category.get(c, 0) for c in CATEGORIES}} for r in ranks
         ],
         **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
+        "fake_peak_rss_bytes": max(r["rss_bytes"] for r in ranks),  # of a worker process, real memory
+    }
+
+
+def step_fields(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
+    """A training or prefill step's tokens, FLOPs and collectives (busiest rank)."""
+    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    return {
+        "tokens_per_step": layout.dp * workload.batch * workload.seq_len,
+        "model_flops_per_step": model_flops_per_step(
+            workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
+        ),
         "hardware_flops_per_step_per_gpu": max(r["flops"] for r in ranks),
         **comm_fields(busiest["comm"]),
-        "fake_peak_rss_bytes": max(r["rss_bytes"] for r in ranks),  # of a worker process, real memory
+    }
+
+
+def decode_fields(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
+    """A decode run's cache, collectives and FLOPs as ``bench --mode decode`` records them; no
+    TTFT, TPOT or energy (no kernel runs)."""
+    return {
+        "tokens_per_step": layout.data_degree * workload.batch * (workload.decode_tokens + 1),
+        **decode_work_fields(workload, ranks),
+        "energy_per_token_j": None,
+        "energy_unavailable": "fake world: no kernel runs",
     }
 
 
@@ -169,7 +196,7 @@ def fake_bench(
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
     record["fake_seconds"] = time.perf_counter() - start
-    record.update(prediction_fields(layout, workload, record, hardware))
+    record.update(predictions(layout, workload, record, hardware))
     host = environment("cpu")
     host.update(
         device=workload.device, backend="fake", device_name=f"fake {workload.device} on {host['device_name']}"

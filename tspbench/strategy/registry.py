@@ -67,11 +67,6 @@ def check_layout(layout: Layout, workload: Workload) -> type[Strategy]:
 def check_fake_world(layout: Layout, workload: Workload) -> None:
     """Validate a point for the fake world before anything is launched."""
     cls = check_layout(layout, workload)
-    if workload.mode == "decode":
-        raise LayoutError(
-            f"{layout.describe()} cannot run in the fake world: mode 'decode' is measured in real "
-            "worlds only (bench, validate; the fake world runs train and infer)"
-        )
     obstacle = cls.fake_world_obstacle(layout, workload)
     if obstacle:
         raise LayoutError(f"{layout.describe()} cannot run in the fake world: {obstacle}")
