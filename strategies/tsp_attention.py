@@ -215,6 +215,7 @@ def cached_broadcast_attention(
             block.write_context(k, v)
             keys, values = _gather_kv(k, v, kv_group)
             o = zigzag_causal_attention(q, keys, values, kv_group.size, kv_group.rank)
+            del keys, values  # before the next head block's gather, as in training's forward
         else:
             o = sharded_decode_attention(q, k, v, block, step, kv_group)
         y.view(-1, y.shape[-1]).addmm_(_flat(o).flatten(0, 1), wo_t)

@@ -101,7 +101,11 @@ class DecodePrediction:
 
     @property
     def prefill_peak_bytes(self) -> int:
-        return self.prefill.memory.peak_bytes + self.kv_cache_bytes
+        """The prefill's block moment with the cache allocated before it: decode's prefill runs
+        the head on the last position only (tspbench.model.transformer.Transformer.prefill), so
+        the prefill's head moment (every position's logits) never happens here; the head's
+        work on one row per sequence is below a block's."""
+        return self.prefill.memory.moments["prefill block"] + self.kv_cache_bytes
 
     @property
     def step_peak_bytes(self) -> int:
