@@ -19,6 +19,7 @@ forkserver, which outlives a killed caller for as long as any rank keeps its pip
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -126,10 +127,8 @@ def _die_with_caller(lifeline: Connection) -> None:
     writes to it, so the read returns only when the caller has finished with the world or died."""
 
     def watch() -> None:
-        try:
+        with contextlib.suppress(EOFError, OSError):
             lifeline.recv_bytes()
-        except (EOFError, OSError):
-            pass
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="tspbench-lifeline", daemon=True).start()
@@ -173,27 +172,28 @@ def _launch_once(
 ) -> list[Any]:
     ctx = _context()
     procs, conns, lifelines = [], [], []
-    for rank in range(world_size):
-        recv, send = ctx.Pipe(duplex=False)
-        held, lifeline = ctx.Pipe(duplex=False)  # the rank reads, this process holds the other end
-        p = ctx.Process(
-            target=_rank_main,
-            daemon=True,
-            args=(rank, world_size, port, device, send, held, fn, args, kwargs, timeout),
-        )
-        p.start()
-        send.close()
-        held.close()
-        procs.append(p)
-        conns.append(recv)
-        lifelines.append(lifeline)
-    try:
+    try:  # an interrupt while ranks start (Ctrl-C, SIGTERM) kills those already started too
+        for rank in range(world_size):
+            recv, send = ctx.Pipe(duplex=False)
+            held, lifeline = ctx.Pipe(duplex=False)  # the rank reads, this process holds the other end
+            conns.append(recv)
+            lifelines.append(lifeline)
+            p = ctx.Process(
+                target=_rank_main,
+                daemon=True,
+                args=(rank, world_size, port, device, send, held, fn, args, kwargs, timeout),
+            )
+            procs.append(p)
+            p.start()
+            send.close()
+            held.close()
         return _collect(procs, conns, timeout)
     finally:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]  # an interrupted start may leave none
+        for p in started:
             if p.is_alive():
                 p.kill()
-        for p in procs:
+        for p in started:
             p.join(timeout=5)
         for c in conns + lifelines:
             c.close()

@@ -36,22 +36,34 @@ def zigzag_unshard(stacked: Tensor, dim: int) -> Tensor:
     """Sequence order from per-rank pieces stacked on dim 0: [D, .., 2C, ..] -> [.., 2DC, ..] along ``dim``.
 
     ``dim`` indexes the unstacked piece. Rank r's first chunk is chunk r, its second chunk
-    2D-1-r, so the second halves come back in reverse rank order.
+    2D-1-r, so the second halves come back in reverse rank order. One copy (the cat) either
+    way; under autograd each chunk is a narrow of its rank's piece (the backward the memory
+    model counts), without it the chunks are unbind views (a sixth of the ops at D = 8).
     """
     parts = stacked.shape[0]
     if parts == 1:
         return stacked[0]
     c = stacked.shape[dim + 1] // 2
-    firsts = [stacked[r].narrow(dim, 0, c) for r in range(parts)]
-    seconds = [stacked[r].narrow(dim, c, c) for r in reversed(range(parts))]
+    if torch.is_grad_enabled() and stacked.requires_grad:
+        firsts = [stacked[r].narrow(dim, 0, c) for r in range(parts)]
+        seconds = [stacked[r].narrow(dim, c, c) for r in reversed(range(parts))]
+    else:
+        halves = [piece.unbind(dim) for piece in stacked.unflatten(dim + 1, (2, c)).unbind(0)]
+        firsts = [first for first, _ in halves]
+        seconds = [second for _, second in reversed(halves)]
     return torch.cat(firsts + seconds, dim=dim)  # one copy, in sequence order
 
 
 def zigzag_stack(full: Tensor, parts: int, dim: int) -> Tensor:
-    """Inverse of zigzag_unshard: [.., S, ..] -> every rank's tokens stacked [D, .., 2C, ..]."""
+    """Inverse of zigzag_unshard: [.., S, ..] -> every rank's tokens stacked [D, .., 2C, ..].
+
+    The chunks are unbind views of ``full``; each rank's two are stacked (D copies of 1/D),
+    then the ranks' (one copy), as D zigzag_shard calls and a stack would copy."""
     if parts == 1:
         return full.unsqueeze(0)
-    return torch.stack([zigzag_shard(full, parts, r, dim) for r in range(parts)], dim=0)
+    chunks = full.unflatten(dim, (2 * parts, -1)).unbind(dim)
+    pairs = [torch.stack([chunks[r], chunks[2 * parts - 1 - r]], dim=dim) for r in range(parts)]
+    return torch.stack(pairs, dim=0).flatten(dim + 1, dim + 2)
 
 
 def zigzag_causal_attention(q: Tensor, keys: Tensor, values: Tensor, parts: int, index: int) -> Tensor:
