@@ -269,12 +269,24 @@ def _session(sid: int) -> list[int]:
     return pids
 
 
+def _as_in_a_terminal() -> None:
+    """Ctrl-C reaches a command run in a terminal; a test runner started in the background by a
+    shell (`make test &`) has SIGINT ignored, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_hanging_sweep(tmp_path: Path, env: dict) -> tuple[subprocess.Popen, Path]:
     path = experiment(tmp_path, "hang", [{"strategy": "fault_hang", "dp": 2}])
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "tspbench", "run", str(path), "--results", str(results)]
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_as_in_a_terminal,
     )
     deadline = time.monotonic() + TIMEOUT_S
     while len(_session(proc.pid)) < 4:  # the sweep, the forkserver and both ranks (hanging)
