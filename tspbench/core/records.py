@@ -44,6 +44,11 @@ def point_record(layout: Layout, workload: Workload, source: str = "measured") -
     }
 
 
+def busiest_comm(ranks: Iterable[dict]) -> list:
+    """The collectives of the rank that moved the most bus bytes (``ranks``: dicts with "comm")."""
+    return max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))["comm"]
+
+
 def comm_fields(records: Iterable[Collective], prefix: str = "comm") -> dict[str, float]:
     """Bus bytes per step in total, by op and by phase."""
     out: dict[str, float] = defaultdict(float)

@@ -248,9 +248,8 @@ def _gqa_expansion(s: Shapes) -> int:
 
 def _attention_backward_work(s: Shapes, gathered: bool) -> int:
     """Working memory of a block's attention backward, beyond its saved tensors (the MLP's are
-    freed by then): the output-projection grad and the flash gradients dq, dk, dv; with a K/V gather also the
-    prefix dK, dV and the whole-sequence dK, dV they are concatenated into.
-    """
+    freed by then): the output-projection grad and the flash gradients dq, dk, dv; with a K/V
+    gather also the prefix dK, dV and the whole-sequence dK, dV they are concatenated into."""
     attention = 2 * s.act(s.tokens, s.q) + 2 * s.act(s.tokens, s.kv)
     if gathered:  # dK, dV of the key prefix, and the whole-sequence dK, dV they are joined into
         attention += 4 * s.act(s.seq, s.kv)

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
 from tspbench.core.errors import WorkloadError
-from tspbench.core.records import comm_fields, point_record
+from tspbench.core.records import busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt, percentile
 from tspbench.costs.flops import model_flops_per_step
@@ -84,7 +84,6 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
     step = sorted(range(len(per_step)), key=per_step.__getitem__)[(len(per_step) - 1) // 2]  # the median
     peaks = [r["memory"][step].peak_bytes for r in ranks]
     top = max(ranks, key=lambda r: r["memory"][step].peak_bytes)
-    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
     return {
         "step_time_s": median,
         "step_time_p10_s": percentile(times, 0.1),
@@ -104,7 +103,7 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         "peak_memory_first_tracked_step": ranks[0]["first_tracked_step"],
         **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
         "hardware_flops_per_step_per_gpu": max(r["flops"] or 0 for r in ranks),
-        **comm_fields(busiest["comm"]),
+        **comm_fields(busiest_comm(ranks)),
     }
 
 

@@ -31,7 +31,7 @@ import statistics
 import torch.distributed as dist
 
 from tspbench.analytic.decode import predict_decode
-from tspbench.core.records import comm_fields
+from tspbench.core.records import busiest_comm, comm_fields
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import percentile
 from tspbench.measure.energy import open_meter
@@ -99,11 +99,11 @@ def decode_work_fields(workload: Workload, ranks: list[dict]) -> dict[str, objec
     the cache, the collectives (in all and per decode step, busiest rank), the FLOPs of the
     prefill and of one step (max over ranks; ``flops`` by part: prefill, steps)."""
     n = workload.decode_tokens
-    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
+    comm = busiest_comm(ranks)
     return {
         "kv_cache_bytes": max(r["cache_bytes"] for r in ranks),
-        **comm_fields(busiest["comm"]),
-        **decode_comm_fields(busiest["comm"], n),
+        **comm_fields(comm),
+        **decode_comm_fields(comm, n),
         "hardware_flops_prefill_per_gpu": max(r["flops"].get("prefill", 0) for r in ranks),
         "hardware_flops_per_decode_step_per_gpu": max(r["flops"].get("steps", 0) for r in ranks) / n,
     }

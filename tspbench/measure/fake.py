@@ -38,7 +38,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from tspbench.core.records import comm_fields, point_record
+from tspbench.core.records import busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
 from tspbench.costs.flops import model_flops_per_step
@@ -139,14 +139,13 @@ def fake_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[s
 
 def step_fields(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[str, object]:
     """A training or prefill step's tokens, FLOPs and collectives (busiest rank)."""
-    busiest = max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))
     return {
         "tokens_per_step": layout.dp * workload.batch * workload.seq_len,
         "model_flops_per_step": model_flops_per_step(
             workload.model, layout.dp * workload.batch, workload.seq_len, workload.mode
         ),
         "hardware_flops_per_step_per_gpu": max(r["flops"] for r in ranks),
-        **comm_fields(busiest["comm"]),
+        **comm_fields(busiest_comm(ranks)),
     }
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from tspbench.core.records import busiest_comm
 from tspbench.core.spec import Layout, Workload
 from tspbench.dist.comm import CommRecord, summarize
 from tspbench.dist.launch import launch
@@ -152,7 +153,7 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
         worst_param = f"{worst_param} (after step: {worst_after}, rel err {after:.1e})"
     analytic = cls.comm_volume(layout, workload)
     return ModeResult(
-        comm=max(ranks, key=lambda r: sum(c.bus_bytes for c in r["comm"]))["comm"],
+        comm=busiest_comm(ranks),
         analytic=analytic,
         peak_bytes=[r["peak"] for r in ranks],
         param_bytes=[r["param_bytes"] for r in ranks],
