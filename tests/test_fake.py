@@ -4,7 +4,7 @@ CPU path: for every registered strategy at world size 2 and 4 (dp training aside
 run on fake tensors, and the fake world refuses it by name), train (recomputation none,
 selective, full), prefill and decode (a KV cache, then greedy steps), the fake world's peak
 memory and its breakdown equal a real gloo run's to the byte (the real run's smallest peak over
-a few steps: gloo's worker thread frees a finished collective's buffer late in some steps), its
+up to 8 steps: gloo's worker thread frees a finished collective's buffer late in some steps), its
 collectives equal the real run's exactly, and its FLOPs equal torch's FlopCounterMode on the
 real run.
 
@@ -23,6 +23,8 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tspbench.cli.main import main
@@ -38,6 +40,7 @@ from tspbench.strategy import check_layout, iter_strategies, registry
 MODES = (("train", "none"), ("train", "selective"), ("train", "full"), ("infer", "none"))
 TINY = ModelConfig.preset("tiny")
 STRATEGIES = [cls for cls in iter_strategies()]
+MAX_STEPS = 8
 
 
 def layout_of(cls: type, world: int) -> Layout:
@@ -73,16 +76,30 @@ def cases(world: int, dtype: str, device: str, decode: bool = False) -> list[tup
 # ----------------------------------------------------------------------------- CPU: equal to gloo
 
 
-def _real(layout: Layout, loads: list[Workload]) -> list[dict]:
-    """Per workload: FLOPs (FlopCounterMode), and the measured step with the smallest peak."""
-    out = []
-    for workload in loads:
+def _real(layout: Layout, loads: list[Workload], fake_peaks: list[list[int]]) -> list[dict]:
+    """Per workload: FLOPs (FlopCounterMode), and the measured step with the smallest peak.
+
+    gloo's worker thread can free a finished collective's buffer late, which adds that buffer to
+    a step's peak (both of two TP-2 training steps, once in CI). Steps are taken until one peaks
+    at the fake world's figure, at most ``MAX_STEPS``, every rank as long as one has not: the
+    test still fails if none does, or if a step taken peaks lower."""
+    out, rank = [], torch.distributed.get_rank()
+    for i, workload in enumerate(loads):
         run = RankRun(layout, workload)
         flops = run.counted_flops()
-        steps = [run.measured_step() for _ in range(4 if workload.mode == "infer" else 2)]
+        steps = [run.measured_step()]
+        while len(steps) < MAX_STEPS and _any_rank(steps[-1].memory.peak_bytes != fake_peaks[rank][i]):
+            steps.append(run.measured_step())
         best = min(steps, key=lambda s: s.memory.peak_bytes)
         out.append({"flops": flops, "memory": best.memory, "comm": summarize(best.comm)})
     return out
+
+
+def _any_rank(flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank (every rank steps as long as one has to)."""
+    t = torch.tensor([float(flag)])
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return bool(t.item())
 
 
 def _fake(cases: list[tuple[Layout, list[Workload]]]) -> list[list[dict]]:
@@ -101,7 +118,8 @@ def test_cpu_fake_world_equals_a_real_gloo_run(world: int) -> None:
     fake = run_fake_ranks(_fake, range(world), world, todo, workers=2)  # [rank][case][workload]
     failures = []
     for c, (layout, loads) in enumerate(todo):
-        real = launch(_real, world, layout, loads)
+        peaks = [[f["memory"].peak_bytes for f in fake[rank][c]] for rank in range(world)]
+        real = launch(_real, world, layout, loads, peaks)
         for rank in range(world):
             for i, workload in enumerate(loads):
                 r, f = real[rank][i], fake[rank][c][i]
