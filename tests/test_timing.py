@@ -5,10 +5,12 @@ step times is a measurement, not a unit test: results/cpu_reference and the READ
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from tspbench.analytic.hardware import RATES, Collective, Hardware, available_hardware, load_hardware
@@ -18,6 +20,7 @@ from tspbench.cli import main
 from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.calibrate import calibrate
+from tspbench.measure.probes import elementwise_seconds
 
 SMALL = Workload(ModelConfig.preset("small"), 1, 2048, "train", "none", "float32", "cpu")
 BASE = Hardware("toy", 8, 2**34, 1.0, 0.1, 0.05, 20.0, 1.0, 100.0, 1.0, 100.0)
@@ -73,6 +76,23 @@ def test_overlap_efficiency_decides_what_hidden_traffic_costs() -> None:
     assert breakdown["compute_s"] + breakdown["comm_exposed_s"] == pytest.approx(breakdown["step_time_s"])
 
 
+def test_element_wise_time_follows_the_profiles_passes() -> None:
+    """Doubling every pass doubles the element-wise seconds and nothing else; a forward has no
+    optimizer term, so only its own pass count moves it."""
+    base = predict(Layout("tp", tp=2), SMALL, BASE).time
+    doubled = predict(
+        Layout("tp", tp=2),
+        SMALL,
+        replace(BASE, elementwise_passes={"train": 24.0, "infer": 8.0, "optimizer": 24.0}),
+    ).time
+    assert doubled.elementwise_s == pytest.approx(2 * base.elementwise_s)
+    assert (doubled.gemm_s, doubled.attention_s) == (base.gemm_s, base.attention_s)
+    infer = replace(SMALL, mode="infer")
+    fwd = predict(Layout("tp", tp=2), infer, BASE).time
+    other = replace(BASE, elementwise_passes={"train": 1.0, "infer": 4.0, "optimizer": 1.0})
+    assert predict(Layout("tp", tp=2), infer, other).time.elementwise_s == pytest.approx(fwd.elementwise_s)
+
+
 def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
     for name in available_hardware():
         hw = load_hardware(name)
@@ -91,6 +111,8 @@ def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
         ({"hbm_bandwidth_gbs": "fast"}, r"hbm_bandwidth_gbs: expected a number, got 'fast'"),
         ({"overlap_efficiency": 1.5}, r"overlap_efficiency: must be in \(0, 1\]"),
         ({"collectives": [{"op": "all_reduce"}]}, r"collectives\[0\]: expected keys"),
+        ({"elementwise_passes": {"train": -1}}, r"elementwise_passes\.train: must be > 0, got -1"),
+        ({"elementwise_passes": {"backward": 3}}, r"elementwise_passes: expected a mapping with keys among"),
     ],
 )
 def test_a_bad_profile_field_is_one_line_naming_file_and_key(
@@ -123,11 +145,25 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     assert hw.cores_per_node and set(hw.contention) == {1, 2}
     assert {(c.op, c.group_size) for c in hw.collectives} >= {("all_reduce", 2), ("send_recv", 2)}
     assert 0.0 <= hw.overlap_efficiency <= 1.0
-    for key in ("gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs"):
+    for key in ("gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",
+                "elementwise_passes"):  # fmt: skip
         assert hw.source_of(key).startswith("measured:"), key
+    assert set(hw.elementwise_passes) == {"train", "infer", "optimizer"}
+    assert all(v > 0 for v in hw.elementwise_passes.values())
     assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
     assert len(hw.attention_causal_by_size) >= 2 and hw.source_of("attention_causal_by_size").startswith(
         "measured"
     )
     p = predict(Layout("tsp", tsp=2), SMALL, hw)
     assert math.isfinite(p.step_time_s) and p.step_time_s > p.time.compute_s > 0
+
+
+def test_the_element_wise_probe_counts_element_wise_ops_and_not_gemms() -> None:
+    """GEMMs (and their dispatch) are not element-wise time; a product of the same tensors is."""
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    start = time.perf_counter()
+    gemm_only, _ = elementwise_seconds(lambda: [a @ b for _ in range(20)])
+    gemm_wall = time.perf_counter() - start
+    mul_only, optimizer = elementwise_seconds(lambda: [a * b for _ in range(20)])
+    assert gemm_only < 0.02 * gemm_wall  # what is left: conjugation checks, no arithmetic
+    assert mul_only > 0.0 and optimizer == 0.0

@@ -27,6 +27,9 @@ import yaml
 from tspbench.core.errors import HardwareError
 
 SHIPPED = Path(__file__).parent / "profiles"
+# Passes of element-wise traffic a step makes (tspbench.analytic.timing): over the activations a
+# block saves, per layer, in a training step and a forward; over the parameter bytes, AdamW's.
+ASSUMED_PASSES = {"train": 12.0, "infer": 4.0, "optimizer": 12.0}
 RATES = (
     "peak_tflops", "gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",
     "intra_node_bandwidth_gbs", "intra_node_latency_us", "inter_node_bandwidth_gbs", "inter_node_latency_us",
@@ -64,6 +67,7 @@ class Hardware:
     contention: dict[int, float] = field(default_factory=dict)  # ranks on a node -> each rank's share
     collectives: list[Collective] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
+    elementwise_passes: dict[str, float] = field(default_factory=lambda: dict(ASSUMED_PASSES))
     description: str = ""
     sources: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
@@ -190,8 +194,19 @@ def _hardware(data: dict[str, Any]) -> Hardware:
         )
         for k, v in (values.get("attention_causal_by_size") or {}).items()
     }
+    passes = values.get("elementwise_passes")
+    values["elementwise_passes"] = _passes({} if passes is None else passes)
     values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
     return Hardware(**values)
+
+
+def _passes(entry: Any) -> dict[str, float]:
+    if not isinstance(entry, dict) or set(entry) - set(ASSUMED_PASSES):
+        raise _BadField(
+            f"elementwise_passes: expected a mapping with keys among {sorted(ASSUMED_PASSES)}, got {entry!r}"
+        )
+    given = {str(k): _number(f"elementwise_passes.{k}", v, positive=True) for k, v in entry.items()}
+    return ASSUMED_PASSES | given
 
 
 def _number(key: str, value: Any, positive: bool) -> float:

@@ -20,9 +20,11 @@ measured overlap efficiency: the fraction of hidden traffic that truly runs unde
 CPU host whose cores are all busy computing, gloo's transfers cannot run anywhere else).
 
 Element-wise bytes: every op that is not a GEMM or attention (norms, RoPE, the gated product,
-residual adds, copies) reads and writes the activations a block saves about 4 times in a
-forward and 12 times in a training step; AdamW reads and writes 12 bytes of state traffic per
-parameter byte. These are the same for every strategy: no strategy has a factor of its own.
+residual adds, copies) moves some passes over the activations a block saves, per layer, and
+AdamW some passes over the parameter bytes: the profile's ``elementwise_passes``. ``calibrate``
+measures them on a single-device step of the model (the element-wise ops' time at the measured
+bandwidth, as passes); a datasheet profile assumes 12 (train), 4 (forward) and 12 (AdamW). They
+are the same for every strategy: no strategy has a factor of its own.
 """
 
 from __future__ import annotations
@@ -35,9 +37,6 @@ from tspbench.costs.flops import FlopTerms
 from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.mesh import Mesh
 from tspbench.strategy.traffic import Traffic
-
-ELEMENTWISE_PASSES = {"train": 12, "infer": 4}
-OPTIMIZER_PASSES = 12
 
 
 @dataclass(frozen=True)
@@ -116,11 +115,12 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[floa
     return exposed, hidden
 
 
-def elementwise_bytes(workload: Workload, saved_layer_bytes: int, param_bytes: int) -> float:
+def elementwise_bytes(workload: Workload, saved_layer_bytes: int, param_bytes: int, hw: Hardware) -> float:
     """Bytes the step's element-wise ops move (see the module docstring)."""
-    passes = ELEMENTWISE_PASSES[workload.mode] * workload.model.n_layers * saved_layer_bytes
-    optimizer = OPTIMIZER_PASSES * param_bytes if workload.mode == "train" else 0
-    return float(passes + optimizer)
+    passes = hw.elementwise_passes
+    activations = passes[workload.mode] * workload.model.n_layers * saved_layer_bytes
+    optimizer = passes["optimizer"] * param_bytes if workload.mode == "train" else 0
+    return float(activations + optimizer)
 
 
 def step_time(
@@ -135,7 +135,7 @@ def step_time(
 ) -> StepTime:
     """The step's time on ``hw`` from a strategy's FLOPs, traffic and sizes."""
     share = hw.share(ranks_per_node(layout, hw))
-    elementwise = elementwise_bytes(workload, saved_layer_bytes, param_bytes)
+    elementwise = elementwise_bytes(workload, saved_layer_bytes, param_bytes, hw)
     gemm, attention, other = compute_seconds(flops, elementwise, hw, share)
     exposed, hidden = comm_seconds(mesh, traffic, hw)
     return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)

@@ -10,6 +10,11 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
                               head dim; attention_causal_tflops (and _by_size): square causal
                               calls of a zigzag chunk, a rank's tokens and the whole sequence
     hbm_bandwidth_gbs         element-wise ops on activation-sized tensors
+    elementwise_passes        the element-wise ops of a single-device step of the model (one
+                              rank at a rank's tokens; torch.profiler's self time of every op
+                              that is not a GEMM or attention), as passes over the saved
+                              activations (train, infer) and the parameters (AdamW) at that
+                              bandwidth (CPU; on CUDA the assumed 12, 4 and 12)
     contention                each rank's share of its device when 1..ranks ranks run GEMMs at
                               once (CPU: ranks share the host's cores)
     collectives               latency and bus bandwidth of every op a strategy uses, on every
@@ -31,10 +36,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tspbench.core.spec import ModelConfig
+from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
 from tspbench.measure import probes
 from tspbench.measure.probes import Rate
+from tspbench.strategy import check_layout
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv")
 NOISY_SPREAD = 0.20
@@ -92,6 +98,9 @@ def calibrate(
     finally:
         torch.set_num_threads(previous)
     profile = _profile_header(cuda, model, seq_len, ranks, dtype) | rates
+    if not cuda:
+        bandwidth = rates["hbm_bandwidth_gbs"] * 1e9
+        profile["elementwise_passes"] = _elementwise_passes(rec, model, seq_len // ranks, bandwidth, repeats)
     if ranks > 1:
         profile |= _world_figures(rec, model, seq_len, ranks, device, dtype, repeats, quick)
     else:
@@ -159,6 +168,30 @@ def _device_rates(
         f"fwd+bwd; median of {repeats}, worst spread {spread:.0%}"
     )
     return out
+
+
+def _elementwise_passes(
+    rec: _Recorder, model: ModelConfig, tokens: int, bandwidth: float, repeats: int
+) -> dict:
+    """Passes over the saved activations (per layer) and the parameters that a single-device
+    step's element-wise time is worth at ``bandwidth`` (tspbench.analytic.timing's terms)."""
+    seconds = launch(probes.elementwise_rank, 1, model, tokens, repeats, timeout=600)[0]
+    out = {}
+    for mode in ("train", "infer"):
+        workload = Workload(model, 1, tokens, mode)
+        sized = check_layout(Layout("dp"), workload).for_analysis(Layout("dp"), workload)
+        saved = model.n_layers * sized.activation_terms().saved_layer["none"]
+        out[mode] = rec.note(f"elementwise_passes.{mode}", seconds[mode], f"{mode} step", bandwidth / saved)
+        if mode == "train":
+            params = sized.predict_memory().persistent["parameters"]
+            out["optimizer"] = rec.note("elementwise_passes.optimizer", seconds["optimizer"], "AdamW step",
+                                        bandwidth / params)  # fmt: skip
+    how = (
+        f"measured: element-wise ops of {model.name} at {tokens} tokens on one rank (torch.profiler self "
+        "time of every op but GEMMs and attention), as passes at hbm_bandwidth_gbs"
+    )
+    rec.provenance["elementwise_passes"] = how
+    return {k: round(v, 2) for k, v in out.items()}
 
 
 def _world_figures(

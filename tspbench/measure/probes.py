@@ -21,13 +21,16 @@ from functools import partial
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist import comm
 from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
 from tspbench.measure.flop_counter import register_cpu_attention_flops
+from tspbench.measure.runner import RankRun
 from tspbench.model.layers import causal_attention
 
 register_cpu_attention_flops()
@@ -260,3 +263,43 @@ def overlap_efficiency(times: dict[str, Rate]) -> float:
     min(compute, comm), clipped to [0, 1]."""
     c, m, both = times["compute"].value, times["comm"].value, times["overlapped"].value
     return min(1.0, max(0.0, (c + m - both) / min(c, m)))
+
+
+GEMM_OPS = frozenset(  # and the wrappers that dispatch them
+    {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+)
+OPTIMIZER_REGION = "Optimizer.step#"
+
+
+def elementwise_seconds(step: Callable[[], object]) -> tuple[float, float]:
+    """(element-wise, optimizer) seconds of one ``step()``, by torch.profiler: the self time of
+    every aten op that is not a GEMM, an attention kernel or a collective; the optimizer's
+    region (AdamW: all element-wise) apart. CPU self time: on CUDA this would be launch time,
+    so calibrate keeps the assumed passes there."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    other = optimizer = 0.0
+    for event in prof.key_averages():
+        name = event.key
+        if name.startswith(OPTIMIZER_REGION):
+            optimizer += event.cpu_time_total * 1e-6
+        elif name.startswith("aten::") and name not in GEMM_OPS and "attention" not in name:
+            other += event.self_cpu_time_total * 1e-6
+    return max(other - optimizer, 0.0), optimizer
+
+
+def elementwise_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[str, Rate]:
+    """Element-wise seconds of a single-device step of ``model`` at ``tokens`` tokens (a world of
+    one rank): a training step's (optimizer apart), the optimizer's, and a forward's (prefill);
+    each the median over ``repeats`` profiled steps after two warm-up steps."""
+    runs = {mode: RankRun(Layout("dp"), Workload(model, 1, tokens, mode)) for mode in ("train", "infer")}
+    for run in runs.values():
+        run.step()
+        run.step()
+    samples: dict[str, list[float]] = {"train": [], "optimizer": [], "infer": []}
+    for _ in range(repeats):
+        train, optimizer = elementwise_seconds(runs["train"].step)
+        samples["train"].append(train)
+        samples["optimizer"].append(optimizer)
+        samples["infer"].append(elementwise_seconds(runs["infer"].step)[0])
+    return {k: Rate.of(v) for k, v in samples.items()}
