@@ -27,7 +27,7 @@ from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
 from tspbench.costs.flops import FlopTerms, ForwardFlops
-from tspbench.costs.memory import ActivationTerms
+from tspbench.costs.memory import ActivationTerms, autograd_terms
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
 
@@ -100,6 +100,12 @@ class FoldedParallel(Strategy):
             head_backward_work=3 * vocab_shard + 2 * logits + stream,
             prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + in_flight * vocab_shard,
         )
+
+    def elementwise_layer_bytes(self) -> int:
+        """TSP's blocks save less than they compute (its backward recomputes the attention core,
+        the gated product and the gathered K/V): their element-wise work is that of an autograd
+        block of the same shapes (the rank's tokens, every head block and MLP shard)."""
+        return autograd_terms(self.shapes()).saved_layer["none"]
 
     def flop_terms(self) -> FlopTerms:
         """Every rank projects its own tokens with every shard (whole widths, local tokens).

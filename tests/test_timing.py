@@ -21,6 +21,7 @@ from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.calibrate import calibrate
 from tspbench.measure.probes import elementwise_seconds
+from tspbench.strategy import check_layout
 
 SMALL = Workload(ModelConfig.preset("small"), 1, 2048, "train", "none", "float32", "cpu")
 BASE = Hardware("toy", 8, 2**34, 1.0, 0.1, 0.05, 20.0, 1.0, 100.0, 1.0, 100.0)
@@ -167,3 +168,18 @@ def test_the_element_wise_probe_counts_element_wise_ops_and_not_gemms() -> None:
     mul_only, optimizer = elementwise_seconds(lambda: [a * b for _ in range(20)])
     assert gemm_only < 0.02 * gemm_wall  # what is left: conjugation checks, no arithmetic
     assert mul_only > 0.0 and optimizer == 0.0
+
+
+@pytest.mark.parametrize("degree", [2, 4])
+def test_a_tsp_rank_does_the_element_wise_work_of_an_sp_rank(degree: int) -> None:
+    """A TSP rank runs its own tokens through every head block and MLP shard, as an SP rank of
+    the same degree runs its own through whole weights: the same activations are computed, even
+    though TSP saves fewer of them (its backward recomputes the rest)."""
+    for mode in ("train", "infer"):
+        w = replace(SMALL, mode=mode)
+        tsp, sp = (
+            check_layout(lay, w).for_analysis(lay, w)
+            for lay in (Layout("tsp", tsp=degree), Layout("sp", sp=degree))
+        )
+        assert tsp.elementwise_layer_bytes() == sp.elementwise_layer_bytes()
+        assert tsp.activation_terms().saved_layer["none"] < sp.activation_terms().saved_layer["none"]

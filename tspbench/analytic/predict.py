@@ -128,7 +128,9 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     comm = [sized.record(t) for t in traffic if sized.mesh.size(*t.axes) > 1]
     flops = sized.flop_terms()
     params = memory.persistent["parameters"]
-    time = step_time(layout, workload, hw, flops, sized.mesh, traffic, terms.saved_layer["none"], params)
+    time = step_time(
+        layout, workload, hw, flops, sized.mesh, traffic, sized.elementwise_layer_bytes(), params
+    )
     model_flops = model_flops_per_step(
         workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.mode
     )

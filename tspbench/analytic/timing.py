@@ -20,7 +20,9 @@ measured overlap efficiency: the fraction of hidden traffic that truly runs unde
 CPU host whose cores are all busy computing, gloo's transfers cannot run anywhere else).
 
 Element-wise bytes: every op that is not a GEMM or attention (norms, RoPE, the gated product,
-residual adds, copies) moves some passes over the activations a block saves, per layer, and
+residual adds, copies) moves some passes over the activations a block computes, per layer
+(Strategy.elementwise_layer_bytes: what autograd would save of them; TSP saves fewer, as its
+backward recomputes, but computes the same as an SP rank of its degree), and
 AdamW some passes over the parameter bytes: the profile's ``elementwise_passes``. ``calibrate``
 measures them on a single-device step of the model (the element-wise ops' time at the measured
 bandwidth, as passes); a datasheet profile assumes 12 (train), 4 (forward) and 12 (AdamW). They

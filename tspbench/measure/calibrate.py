@@ -180,7 +180,7 @@ def _elementwise_passes(
     for mode in ("train", "infer"):
         workload = Workload(model, 1, tokens, mode)
         sized = check_layout(Layout("dp"), workload).for_analysis(Layout("dp"), workload)
-        saved = model.n_layers * sized.activation_terms().saved_layer["none"]
+        saved = model.n_layers * sized.elementwise_layer_bytes()
         out[mode] = rec.note(f"elementwise_passes.{mode}", seconds[mode], f"{mode} step", bandwidth / saved)
         if mode == "train":
             params = sized.predict_memory().persistent["parameters"]

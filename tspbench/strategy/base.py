@@ -166,6 +166,12 @@ class Strategy(Decoding):
         """This strategy's activation and working-memory terms (see tspbench.memory_model)."""
         return autograd_terms(self.shapes())
 
+    def elementwise_layer_bytes(self) -> int:
+        """Bytes of the activations one block computes on this rank, the basis of the time
+        model's element-wise passes (tspbench.analytic.timing): what autograd saves of them
+        when nothing is recomputed."""
+        return self.activation_terms().saved_layer["none"]
+
     def flop_terms(self) -> FlopTerms:
         """Hardware FLOPs of one step on this rank (see tspbench.flops)."""
         return autograd_flops(self.shapes(), self.workload.mode, self.workload.recompute)
