@@ -28,7 +28,7 @@ from tspbench.core.errors import HardwareError
 
 SHIPPED = Path(__file__).parent / "profiles"
 # Passes of element-wise traffic a step makes (tspbench.analytic.timing): over the activations a
-# block saves, per layer, in a training step and a forward; over the parameter bytes, AdamW's.
+# block computes, per layer, in a training step and a forward; over the parameter bytes, AdamW's.
 ASSUMED_PASSES = {"train": 12.0, "infer": 4.0, "optimizer": 12.0}
 RATES = (
     "peak_tflops", "gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",

@@ -22,11 +22,11 @@ CPU host whose cores are all busy computing, gloo's transfers cannot run anywher
 Element-wise bytes: every op that is not a GEMM or attention (norms, RoPE, the gated product,
 residual adds, copies) moves some passes over the activations a block computes, per layer
 (Strategy.elementwise_layer_bytes: what autograd would save of them; TSP saves fewer, as its
-backward recomputes, but computes the same as an SP rank of its degree), and
-AdamW some passes over the parameter bytes: the profile's ``elementwise_passes``. ``calibrate``
-measures them on a single-device step of the model (the element-wise ops' time at the measured
-bandwidth, as passes); a datasheet profile assumes 12 (train), 4 (forward) and 12 (AdamW). They
-are the same for every strategy: no strategy has a factor of its own.
+backward recomputes, but computes the same as an SP rank of its degree), and AdamW some passes
+over the parameter bytes: the profile's ``elementwise_passes``. ``calibrate`` measures them on
+a single-device step of the model (the element-wise ops' time at the measured bandwidth, as
+passes); a datasheet profile assumes 12 (train), 4 (forward) and 12 (AdamW). They are the same
+for every strategy: no strategy has a factor of its own.
 """
 
 from __future__ import annotations
@@ -117,10 +117,10 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[floa
     return exposed, hidden
 
 
-def elementwise_bytes(workload: Workload, saved_layer_bytes: int, param_bytes: int, hw: Hardware) -> float:
+def elementwise_bytes(workload: Workload, layer_bytes: int, param_bytes: int, hw: Hardware) -> float:
     """Bytes the step's element-wise ops move (see the module docstring)."""
     passes = hw.elementwise_passes
-    activations = passes[workload.mode] * workload.model.n_layers * saved_layer_bytes
+    activations = passes[workload.mode] * workload.model.n_layers * layer_bytes
     optimizer = passes["optimizer"] * param_bytes if workload.mode == "train" else 0
     return float(activations + optimizer)
 
@@ -132,12 +132,12 @@ def step_time(
     flops: FlopTerms,
     mesh: Mesh,
     traffic: list[Traffic],
-    saved_layer_bytes: int,
+    layer_bytes: int,
     param_bytes: int,
 ) -> StepTime:
     """The step's time on ``hw`` from a strategy's FLOPs, traffic and sizes."""
     share = hw.share(ranks_per_node(layout, hw))
-    elementwise = elementwise_bytes(workload, saved_layer_bytes, param_bytes, hw)
+    elementwise = elementwise_bytes(workload, layer_bytes, param_bytes, hw)
     gemm, attention, other = compute_seconds(flops, elementwise, hw, share)
     exposed, hidden = comm_seconds(mesh, traffic, hw)
     return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)

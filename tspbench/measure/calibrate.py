@@ -12,7 +12,7 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
     hbm_bandwidth_gbs         element-wise ops on activation-sized tensors
     elementwise_passes        the element-wise ops of a single-device step of the model (one
                               rank at a rank's tokens; torch.profiler's self time of every op
-                              that is not a GEMM or attention), as passes over the saved
+                              that is not a GEMM or attention), as passes over a block's
                               activations (train, infer) and the parameters (AdamW) at that
                               bandwidth (CPU; on CUDA the assumed 12, 4 and 12)
     contention                each rank's share of its device when 1..ranks ranks run GEMMs at
@@ -40,7 +40,7 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
 from tspbench.measure import probes
 from tspbench.measure.probes import Rate
-from tspbench.strategy import check_layout
+from tspbench.strategy import Strategy, check_layout
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv")
 NOISY_SPREAD = 0.20
@@ -173,25 +173,26 @@ def _device_rates(
 def _elementwise_passes(
     rec: _Recorder, model: ModelConfig, tokens: int, bandwidth: float, repeats: int
 ) -> dict:
-    """Passes over the saved activations (per layer) and the parameters that a single-device
+    """Passes over a block's activations (per layer) and the parameters that a single-device
     step's element-wise time is worth at ``bandwidth`` (tspbench.analytic.timing's terms)."""
     seconds = launch(probes.elementwise_rank, 1, model, tokens, repeats, timeout=600)[0]
-    out = {}
-    for mode in ("train", "infer"):
-        workload = Workload(model, 1, tokens, mode)
-        sized = check_layout(Layout("dp"), workload).for_analysis(Layout("dp"), workload)
-        saved = model.n_layers * sized.elementwise_layer_bytes()
-        out[mode] = rec.note(f"elementwise_passes.{mode}", seconds[mode], f"{mode} step", bandwidth / saved)
-        if mode == "train":
-            params = sized.predict_memory().persistent["parameters"]
-            out["optimizer"] = rec.note("elementwise_passes.optimizer", seconds["optimizer"], "AdamW step",
-                                        bandwidth / params)  # fmt: skip
+    sized = {mode: _single_device(model, tokens, mode) for mode in ("train", "infer")}
+    basis = {mode: model.n_layers * s.elementwise_layer_bytes() for mode, s in sized.items()}
+    basis["optimizer"] = sized["train"].predict_memory().persistent["parameters"]
+    what = {"train": "train step", "infer": "forward", "optimizer": "AdamW step"}
+    out = {k: rec.note(f"elementwise_passes.{k}", seconds[k], what[k], bandwidth / basis[k]) for k in what}
     how = (
         f"measured: element-wise ops of {model.name} at {tokens} tokens on one rank (torch.profiler self "
         "time of every op but GEMMs and attention), as passes at hbm_bandwidth_gbs"
     )
     rec.provenance["elementwise_passes"] = how
     return {k: round(v, 2) for k, v in out.items()}
+
+
+def _single_device(model: ModelConfig, tokens: int, mode: str) -> Strategy:
+    """The analytic sizes of one rank holding the whole model (DP over a world of one)."""
+    workload = Workload(model, 1, tokens, mode)
+    return check_layout(Layout("dp"), workload).for_analysis(Layout("dp"), workload)
 
 
 def _world_figures(
