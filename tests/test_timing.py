@@ -20,7 +20,7 @@ from tspbench.cli import main
 from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.calibrate import calibrate
-from tspbench.measure.probes import elementwise_seconds
+from tspbench.measure.probes import Rate, elementwise_seconds, link_figures
 from tspbench.strategy import check_layout
 
 SMALL = Workload(ModelConfig.preset("small"), 1, 2048, "train", "none", "float32", "cpu")
@@ -53,6 +53,40 @@ def test_causal_rates_follow_the_square_they_are_measured_at() -> None:
     assert predict(tp, SMALL, hw).flops.causal_block == 2048  # TP: the whole sequence, unsharded
     assert predict(tsp, SMALL, hw).flops.causal_block == 256  # zigzag chunks of S / 2D
     assert BASE.causal_tflops(512) == pytest.approx(0.1)  # no table: twice the rectangle rate
+
+
+def test_rectangles_are_rated_at_their_query_chunk() -> None:
+    """Zigzag rectangles (a chunk of S / 2P queries against the keys before it) at the rate
+    measured for that chunk; the causal diagonal blocks at theirs."""
+    hw = replace(BASE, attention_by_size={128: 0.02, 512: 0.04}, attention_causal_by_size={256: 0.08})
+    assert hw.rectangle_tflops(256) == pytest.approx(0.03)  # halfway in log(chunk)
+    assert hw.rectangle_tflops(4096) == 0.04 and BASE.rectangle_tflops(256) == 0.05  # clamped; no table
+    p = predict(Layout("sp", sp=4), SMALL, hw)  # chunk 2048 / 8 = 256
+    causal = p.flops.attention * p.flops.causal_fraction
+    assert p.time.attention_s == pytest.approx((p.flops.attention - causal) / 0.03e12 + causal / 0.08e12)
+
+
+def test_attention_shares_the_cores_at_its_own_measured_rate() -> None:
+    """Ranks outnumbering cores: attention at the attention share calibrate measured, GEMMs and
+    element-wise ops at the GEMM share; without an attention table, the GEMM share for all."""
+    gemm_only = replace(BASE, cores_per_node=2, contention={4: 0.4})
+    both = replace(gemm_only, attention_contention={4: 0.5})
+    alone = predict(Layout("tp", tp=4), SMALL, BASE).time
+    shared, split = (predict(Layout("tp", tp=4), SMALL, hw).time for hw in (gemm_only, both))
+    assert shared.attention_s == pytest.approx(alone.attention_s / 0.4)
+    assert split.attention_s == pytest.approx(alone.attention_s / 0.5)
+    assert split.gemm_s == pytest.approx(alone.gemm_s / 0.4) == shared.gemm_s
+    assert replace(BASE, attention_contention={4: 0.5}).attention_share(4) == 1.0  # a GPU owns its device
+
+
+def test_collective_figures_are_the_line_through_every_size() -> None:
+    """calibrate's fit recovers latency and bus bandwidth from seconds per call at several
+    sizes (exact on a line; a noisy point moves it less than a two-point fit would)."""
+    line = [(b, Rate(1e-3 + 1.5 * b / 2e9, 0.0, 5)) for b in (4096, 1 << 20, 16 << 20)]
+    assert link_figures("all_reduce", 4, line) == pytest.approx((1000.0, 2.0))  # bus factor 2(n-1)/n
+    noisy = [line[0], (line[1][0], Rate(2 * line[1][1].value, 0.0, 5)), line[2]]
+    latency, bandwidth = link_figures("all_reduce", 4, noisy)
+    assert 1000.0 < latency < 2 * line[1][1].value * 1e6 and 1.0 < bandwidth < 2.5
 
 
 def test_measured_collective_figures_replace_the_link_figures() -> None:
@@ -152,9 +186,8 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     assert set(hw.elementwise_passes) == {"train", "infer", "optimizer"}
     assert all(v > 0 for v in hw.elementwise_passes.values())
     assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
-    assert len(hw.attention_causal_by_size) >= 2 and hw.source_of("attention_causal_by_size").startswith(
-        "measured"
-    )
+    for key in ("attention_causal_by_size", "attention_by_size", "attention_contention"):
+        assert len(getattr(hw, key)) >= 2 and hw.source_of(key).startswith("measured"), key
     p = predict(Layout("tsp", tsp=2), SMALL, hw)
     assert math.isfinite(p.step_time_s) and p.step_time_s > p.time.compute_s > 0
 

@@ -193,11 +193,12 @@ def step_time(
     cfg: ModelConfig, s: DecodeShape, layout: Layout, hw: Hardware, mesh: Mesh, step: int
 ) -> DecodeStepTime:
     """Step ``step``'s time on one rank (see the module docstring)."""
-    share = hw.share(ranks_per_node(layout, hw))
+    ranks = ranks_per_node(layout, hw)
+    share = hw.share(ranks)
     f = decode_flops(cfg, s, step)
     w = widths(cfg, s)
     gemm = roofline_s(f.gemm, f.weight_bytes, hw.gemm_tflops, hw, share)
-    attention = roofline_s(f.attention, f.cache_bytes, hw.attention_tflops, hw, share)
+    attention = roofline_s(f.attention, f.cache_bytes, hw.attention_tflops, hw, hw.attention_share(ranks))
     ew_bytes = ELEMENTWISE_PASSES * cfg.n_layers * s.slots * (4 * cfg.hidden + 3 * w.ffn) * s.elt
     elementwise = ew_bytes / (hw.hbm_bandwidth_gbs * 1e9) / share
     transfers = [t for t in decode_transfers(cfg, s) if t.phase == "decode"]

@@ -62,9 +62,11 @@ class Hardware:
     inter_node_latency_us: float
     attention_causal_tflops: float = 0.0  # square causal calls, counted as the dense square; 0: 2x attention
     attention_causal_by_size: dict[int, float] = field(default_factory=dict)  # square side -> rate
+    attention_by_size: dict[int, float] = field(default_factory=dict)  # rectangle's query chunk -> rate
     usable_memory_fraction: float = 0.95
     cores_per_node: int | None = None  # ranks on a node share this many cores (CPU); None: own device
     contention: dict[int, float] = field(default_factory=dict)  # ranks on a node -> each rank's share
+    attention_contention: dict[int, float] = field(default_factory=dict)  # the same, of attention calls
     collectives: list[Collective] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
     elementwise_passes: dict[str, float] = field(default_factory=lambda: dict(ASSUMED_PASSES))
@@ -80,16 +82,13 @@ class Hardware:
         """Square causal calls of ``side`` tokens: a flash kernel skips the masked half of the
         dense square it is counted as (so by default twice the rectangle rate), less well on
         small squares: the measured table, interpolated in log(side), when there is one."""
-        table = sorted(self.attention_causal_by_size.items())
-        if not table or side <= 0:
-            return self.attention_causal_tflops or 2 * self.attention_tflops
-        if side <= table[0][0]:
-            return table[0][1]
-        for (s0, r0), (s1, r1) in itertools.pairwise(table):
-            if side <= s1:
-                w = math.log(side / s0) / math.log(s1 / s0)
-                return r0 + w * (r1 - r0)
-        return table[-1][1]
+        default = self.attention_causal_tflops or 2 * self.attention_tflops
+        return _interpolated(self.attention_causal_by_size, side, default)
+
+    def rectangle_tflops(self, chunk: int = 0) -> float:
+        """A query chunk of ``chunk`` tokens against the keys before it: the measured table
+        (chunk vs a prefix 4x as long), interpolated in log(chunk), else ``attention_tflops``."""
+        return _interpolated(self.attention_by_size, chunk, self.attention_tflops)
 
     def share(self, ranks_on_node: int) -> float:
         """The fraction of its device one rank gets when ``ranks_on_node`` ranks run on a node."""
@@ -98,6 +97,13 @@ class Hardware:
         if ranks_on_node in self.contention:
             return self.contention[ranks_on_node]
         return min(1.0, self.cores_per_node / ranks_on_node)
+
+    def attention_share(self, ranks_on_node: int) -> float:
+        """The same for attention calls, which share a host's cores differently from GEMMs (they
+        are measured apart where calibrate ran them; else the GEMM share)."""
+        if self.cores_per_node is not None and ranks_on_node in self.attention_contention:
+            return self.attention_contention[ranks_on_node]
+        return self.share(ranks_on_node)
 
     def link(self, op: str, group_size: int, world_size: int, inter_node: bool) -> tuple[float, float]:
         """(latency in s, bus bandwidth in bytes/s) of ``op`` over a group of ``group_size``."""
@@ -114,6 +120,21 @@ class Hardware:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _interpolated(table: dict[int, float], size: int, default: float) -> float:
+    """``table`` (size -> rate) at ``size``, interpolated in log(size) and clamped at its ends;
+    ``default`` without a table or a size."""
+    rows = sorted(table.items())
+    if not rows or size <= 0:
+        return default
+    if size <= rows[0][0]:
+        return rows[0][1]
+    for (s0, r0), (s1, r1) in itertools.pairwise(rows):
+        if size <= s1:
+            w = math.log(size / s0) / math.log(s1 / s0)
+            return r0 + w * (r1 - r0)
+    return rows[-1][1]
 
 
 def search_path() -> list[Path]:
@@ -183,21 +204,27 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     for key in ("usable_memory_fraction", "overlap_efficiency"):
         if key in values and values[key] > 1:
             raise _BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
-    values["contention"] = {
-        int(_number("contention key", r, positive=True)): _number(f"contention.{r}", s, positive=True)
-        for r, s in (values.get("contention") or {}).items()
-    }
+    for key in ("contention", "attention_contention"):
+        values[key] = _table(key, values.get(key))
     values["collectives"] = [_collective(i, c) for i, c in enumerate(values.get("collectives") or [])]
-    values["attention_causal_by_size"] = {
-        int(_number("attention_causal_by_size key", k, positive=True)): _number(
-            f"attention_causal_by_size.{k}", v, positive=True
-        )
-        for k, v in (values.get("attention_causal_by_size") or {}).items()
-    }
+    for key in ("attention_causal_by_size", "attention_by_size"):
+        values[key] = _table(key, values.get(key))
     passes = values.get("elementwise_passes")
     values["elementwise_passes"] = _passes({} if passes is None else passes)
     values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
     return Hardware(**values)
+
+
+def _table(key: str, entry: Any) -> dict[int, float]:
+    """A mapping of positive integer keys to positive numbers (empty when absent)."""
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict):
+        raise _BadField(f"{key}: expected a mapping of sizes to numbers, got {entry!r}")
+    return {
+        int(_number(f"{key} key", k, positive=True)): _number(f"{key}.{k}", v, positive=True)
+        for k, v in entry.items()
+    }
 
 
 def _passes(entry: Any) -> dict[str, float]:

@@ -1,11 +1,14 @@
 """The time model of one step, per rank: what runs, at which rate, and what runs behind what.
 
-    compute  = ( GEMM FLOPs / GEMM rate
-               + attention FLOPs / attention rate   rectangles (a query chunk against the keys
-                                                    before it) and square causal blocks apart
-               + element-wise bytes / memory bandwidth )
-               / share        the rank's share of its device: 1 on a GPU; on a CPU host whose
-                              ranks outnumber its cores, what calibrate measured them to get
+    compute  =   GEMM FLOPs / GEMM rate / share
+               + attention FLOPs / attention rate / attention share
+                                  rectangles (a query chunk against the keys before it) and
+                                  square causal blocks apart, each at the rate measured for its
+                                  size (the zigzag chunk; the square's side)
+               + element-wise bytes / memory bandwidth / share
+               share: the rank's share of its device, 1 on a GPU; on a CPU host whose ranks
+               outnumber its cores, what calibrate measured them to get running GEMMs (and,
+               apart, attention) all at once
     comm     = sum over the step's collectives of count x (latency + bus bytes / bandwidth), each
                at the figures measured for its op and group size (else the link it spans:
                ranks are placed model-parallel innermost, so a group wider than a node crosses
@@ -82,15 +85,17 @@ def ranks_per_node(layout: Layout, hw: Hardware) -> int:
 
 
 def compute_seconds(
-    flops: FlopTerms, elementwise_bytes: float, hw: Hardware, share: float
+    flops: FlopTerms, elementwise_bytes: float, hw: Hardware, ranks_on_node: int
 ) -> tuple[float, float, float]:
     """(GEMM, attention, element-wise) seconds at the rank's share of its device."""
+    share, attention_share = hw.share(ranks_on_node), hw.attention_share(ranks_on_node)
     causal = flops.attention * flops.causal_fraction
     causal_rate = hw.causal_tflops(flops.causal_block) * 1e12
-    attention = (flops.attention - causal) / (hw.attention_tflops * 1e12) + causal / causal_rate
+    rectangle_rate = hw.rectangle_tflops(flops.causal_block) * 1e12
+    attention = (flops.attention - causal) / rectangle_rate + causal / causal_rate
     return (
         flops.gemm / (hw.gemm_tflops * 1e12) / share,
-        attention / share,
+        attention / attention_share,
         elementwise_bytes / (hw.hbm_bandwidth_gbs * 1e9) / share,
     )
 
@@ -136,8 +141,9 @@ def step_time(
     param_bytes: int,
 ) -> StepTime:
     """The step's time on ``hw`` from a strategy's FLOPs, traffic and sizes."""
-    share = hw.share(ranks_per_node(layout, hw))
+    ranks = ranks_per_node(layout, hw)
+    share = hw.share(ranks)
     elementwise = elementwise_bytes(workload, layer_bytes, param_bytes, hw)
-    gemm, attention, other = compute_seconds(flops, elementwise, hw, share)
+    gemm, attention, other = compute_seconds(flops, elementwise, hw, ranks)
     exposed, hidden = comm_seconds(mesh, traffic, hw)
     return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)

@@ -15,6 +15,7 @@ from tspbench.analytic.hardware import Hardware, available_hardware, load_hardwa
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
+from tspbench.core.errors import UsageError
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.spec import PRESETS, ModelConfig, Workload
 from tspbench.measure.calibrate import calibrate
@@ -49,6 +50,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--model", default=None, choices=sorted(PRESETS), help="shapes to measure (default: small on CPU)"
     )
     p.add_argument("--seq-len", type=positive_int, default=2048, help="tokens per sequence the points run")
+    p.add_argument(
+        "--max-seq-len",
+        type=positive_int,
+        help="time attention up to this many tokens, the longest point to predict (default --seq-len)",
+    )
     p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument(
         "--quick", action="store_true", help="fewer repeats, smaller messages (seconds, not minutes)"
@@ -179,7 +185,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out:
         output_path(args.out, "--out", folder=False)  # before minutes of measuring
     model = ModelConfig.preset(args.model) if args.model else None
-    result = calibrate(args.ranks, model, args.seq_len, args.repeats, args.quick)
+    if args.max_seq_len is not None and args.max_seq_len < args.seq_len:
+        raise UsageError(f"--max-seq-len: must be >= --seq-len ({args.seq_len}), got {args.max_seq_len}")
+    result = calibrate(args.ranks, model, args.seq_len, args.repeats, args.quick, args.max_seq_len)
     profile = result.profile
     if args.name:
         profile["name"] = args.name

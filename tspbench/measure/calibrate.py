@@ -5,10 +5,11 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
 
     gemm_tflops               the step's GEMM shapes (projections and MLP, forward and weight
                               gradients, whole and sharded widths), one rank alone
-    attention_tflops          a query chunk against a visible key prefix (the rectangles of
+    attention_tflops          a query chunk against a key prefix 4x as long (the rectangles of
                               sequence-parallel attention), forward + backward, at the model's
-                              head dim; attention_causal_tflops (and _by_size): square causal
-                              calls of a zigzag chunk, a rank's tokens and the whole sequence
+                              head dim, and _by_size: at chunks of powers of two up to half of
+                              ``max_seq_len``; attention_causal_tflops (and _by_size): square
+                              causal calls of powers of two up to ``max_seq_len``
     hbm_bandwidth_gbs         element-wise ops on activation-sized tensors
     elementwise_passes        the element-wise ops of a single-device step of the model (one
                               rank at a rank's tokens; torch.profiler's self time of every op
@@ -16,10 +17,12 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
                               activations (train, infer) and the parameters (AdamW) at that
                               bandwidth (CPU; on CUDA the assumed 12, 4 and 12)
     contention                each rank's share of its device when 1..ranks ranks run GEMMs at
-                              once (CPU: ranks share the host's cores)
+                              once (CPU: ranks share the host's cores); attention_contention
+                              the same of causal attention calls
     collectives               latency and bus bandwidth of every op a strategy uses, on every
                               group size, with every group of the world busy at once (gloo on
-                              CPU, NCCL on GPUs), in worlds of 2 and ``ranks``
+                              CPU, NCCL on GPUs), in worlds of 2 and ``ranks``: calls back to
+                              back at 4 KiB to 16 MiB, a line fitted through them
     overlap_efficiency        how much of a ring transfer really runs under GEMMs: compute-only,
                               comm-only and overlapped times, interleaved in a seeded order
 
@@ -30,9 +33,11 @@ intra-node one and marked so in ``provenance``.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -44,6 +49,9 @@ from tspbench.strategy import Strategy, check_layout
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv")
 NOISY_SPREAD = 0.20
+# Message sizes the collectives are timed at: from a norm's gradient to a 7B layer's K/V block.
+COLLECTIVE_BYTES = (4 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+COLLECTIVE_CALLS = 10  # a repeat's calls, back to back (a step issues them so)
 
 
 @dataclass
@@ -82,8 +90,10 @@ def calibrate(
     seq_len: int = 2048,
     repeats: int = 5,
     quick: bool = False,
+    max_seq_len: int | None = None,
 ) -> Calibration:
-    """Measure this device (and ``ranks`` local ranks of it) for ``model`` at ``seq_len``."""
+    """Measure this device (and ``ranks`` local ranks of it) for ``model`` at ``seq_len``;
+    attention at sizes up to ``max_seq_len`` (default ``seq_len``): the longest point to predict."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda") if cuda else torch.device("cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -94,7 +104,7 @@ def calibrate(
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # as every rank runs
     try:
-        rates = _device_rates(rec, model, seq_len, ranks, device, dtype, repeats)
+        rates = _device_rates(rec, model, seq_len, max_seq_len or seq_len, ranks, device, dtype, repeats)
     finally:
         torch.set_num_threads(previous)
     profile = _profile_header(cuda, model, seq_len, ranks, dtype) | rates
@@ -138,36 +148,55 @@ def _profile_header(cuda: bool, model: ModelConfig, seq_len: int, ranks: int, dt
 
 
 def _device_rates(
-    rec: _Recorder, model: ModelConfig, seq_len: int, ranks: int, device: torch.device, dtype: torch.dtype,
-    repeats: int,
+    rec: _Recorder, model: ModelConfig, seq_len: int, max_seq_len: int, ranks: int, device: torch.device,
+    dtype: torch.dtype, repeats: int,
 ) -> dict:  # fmt: skip
     local = seq_len // max(ranks, 1)
     shapes = gemm_shapes(model, local, (1, ranks)) + gemm_shapes(model, seq_len, (1, ranks))
     gemm = probes.gemm_rate(shapes, device, dtype, repeats)
     heads, d = max(model.n_heads // max(ranks, 1), 1), model.head_dim
     chunk = max(seq_len // (2 * max(ranks, 2)), 16)
-    rect = probes.rectangle_rate(1, heads, chunk, 4 * chunk, d, device, dtype, repeats)
-    sides = sorted({chunk, local, seq_len})
+    sides, chunks = attention_sizes(chunk, max_seq_len)
     by_size = {side: probes.attention_rate(1, heads, side, side, d, device, dtype, repeats) for side in sides}
-    square = by_size[local]
+    by_chunk = {c: probes.rectangle_rate(1, heads, c, 4 * c, d, device, dtype, repeats) for c in chunks}
     elementwise = probes.elementwise_rate(local * model.ffn_hidden, device, dtype, repeats)
+    c, side = _nearest(by_chunk, chunk), _nearest(by_size, local)
     how = {
         "gemm_tflops": f"{len(shapes)} GEMM shapes of {model.name} at {seq_len} tokens, one rank",
-        "attention_tflops": f"chunk {chunk} vs key prefix {4 * chunk}, {heads} heads of {d}, fwd+bwd",
-        "attention_causal_tflops": f"square causal {local} tokens, {heads} heads of {d}, fwd+bwd",
+        "attention_tflops": f"chunk {c} vs key prefix {4 * c}, {heads} heads of {d}, fwd+bwd",
+        "attention_causal_tflops": f"square causal {side} tokens, {heads} heads of {d}, fwd+bwd",
         "hbm_bandwidth_gbs": f"silu-gate, add and scale of {local} x {model.ffn_hidden} tensors",
     }
     scale = {"hbm_bandwidth_gbs": 1e-9}
-    rates = {"gemm_tflops": gemm, "attention_tflops": rect, "attention_causal_tflops": square,
+    rates = {"gemm_tflops": gemm, "attention_tflops": by_chunk[c], "attention_causal_tflops": by_size[side],
              "hbm_bandwidth_gbs": elementwise}  # fmt: skip
     out = {k: rec.note(k, rate, how[k], scale.get(k, 1e-12)) for k, rate in rates.items()}
-    out["attention_causal_by_size"] = {side: round(r.value * 1e-12, 6) for side, r in by_size.items()}
-    spread = max(r.spread for r in by_size.values())
-    rec.provenance["attention_causal_by_size"] = (
-        f"measured: square causal calls of {', '.join(map(str, sides))} tokens, {heads} heads of {d}, "
-        f"fwd+bwd; median of {repeats}, worst spread {spread:.0%}"
-    )
+    for key, table, what in (
+        ("attention_causal_by_size", by_size, "square causal calls of {} tokens"),
+        ("attention_by_size", by_chunk, "query chunks of {} tokens vs a key prefix 4x as long"),
+    ):
+        out[key] = {size: round(r.value * 1e-12, 6) for size, r in table.items()}
+        spread = max(r.spread for r in table.values())
+        rec.provenance[key] = (
+            f"measured: {what.format(', '.join(map(str, table)))}, {heads} heads of {d}, fwd+bwd, one rank; "
+            f"median of {repeats}, worst spread {spread:.0%}"
+        )
+        if spread > NOISY_SPREAD:
+            rec.warnings.append(f"{key}: repeats differ by up to {spread:.0%} (busy host?)")
     return out
+
+
+def attention_sizes(chunk: int, max_seq_len: int) -> tuple[list[int], list[int]]:
+    """Square sides and rectangle query chunks to time attention at: powers of two from the
+    smaller of 128 and a rank's zigzag chunk, up to ``max_seq_len`` (squares: a whole sequence
+    on one rank) and half of it (chunks: zigzag cuts a sequence into at least two)."""
+    low = 1 << (min(chunk, 128).bit_length() - 1)
+    ladder = [low << i for i in range(max_seq_len.bit_length()) if low << i <= max_seq_len]
+    return ladder, [c for c in ladder if 2 * c <= max_seq_len] or [low]
+
+
+def _nearest(table: dict[int, Rate], size: int) -> int:
+    return min(table, key=lambda s: abs(math.log(s / size)))
 
 
 def _elementwise_passes(
@@ -199,33 +228,43 @@ def _world_figures(
     rec: _Recorder, model: ModelConfig, seq_len: int, ranks: int, device, dtype, repeats: int, quick: bool
 ) -> dict:
     shapes = gemm_shapes(model, seq_len // ranks, (1, ranks))
-    alone = None
-    contention = {}
-    for r in sorted({1, 2, ranks} if device.type == "cpu" else {1}):
-        per_rank = min(launch(probes.gemm_rank, r, shapes, dtype, repeats, device=device.type, timeout=600))
-        alone = alone or per_rank
-        contention[r] = round(per_rank / alone, 4)
+    heads, local = max(model.n_heads // ranks, 1), seq_len // ranks
+    probe = {
+        "contention": partial(probes.gemm_rank, shapes, dtype, repeats),
+        "attention_contention": partial(probes.attention_rank, heads, local, model.head_dim, dtype, repeats),
+    }
+    shares: dict[str, dict[int, float]] = {key: {} for key in probe}
     if device.type == "cpu":
+        for key, fn in probe.items():
+            rate = {r: min(launch(fn, r, device=device.type, timeout=600)) for r in sorted({1, 2, ranks})}
+            shares[key] = {r: round(v / rate[1], 4) for r, v in rate.items()}
         rec.provenance["contention"] = f"measured: GEMM rate per rank with 1-{ranks} ranks running at once"
-    large = (4 if quick else 16) * 2**20
+        rec.provenance["attention_contention"] = (
+            f"measured: causal attention rate per rank ({heads} heads, {local} tokens, fwd+bwd) with "
+            f"1-{ranks} ranks running at once"
+        )
+    sizes_bytes = COLLECTIVE_BYTES[:-1] if quick else COLLECTIVE_BYTES
     collectives = []
     for world in sorted({2, ranks}):
-        sizes = [n for n in range(2, world + 1) if world % n == 0]
-        per_rank = launch(probes.collectives_rank, world, list(OPS), sizes, (4096, large), repeats,
-                          device=device.type, timeout=600)  # fmt: skip
+        groups = [n for n in range(2, world + 1) if world % n == 0]
+        per_rank = launch(probes.collectives_rank, world, list(OPS), groups, list(sizes_bytes), repeats,
+                          COLLECTIVE_CALLS, device=device.type, timeout=600)  # fmt: skip
         for op, n in per_rank[0]:
-            worst_small = max((r[(op, n)][0] for r in per_rank), key=lambda t: t.value)
-            worst_big = max((r[(op, n)][1] for r in per_rank), key=lambda t: t.value)
-            latency, bandwidth = probes.link_figures(op, n, (4096, worst_small), (large, worst_big))
+            slowest = [
+                max((r[(op, n)][i] for r in per_rank), key=lambda t: t.value) for i in range(len(sizes_bytes))
+            ]
+            latency, bandwidth = probes.link_figures(op, n, list(zip(sizes_bytes, slowest, strict=True)))
             entry = {"op": op, "group_size": n, "world_size": world}
             collectives.append(
                 entry | {"latency_us": round(latency, 2), "bandwidth_gbs": round(bandwidth, 4)}
             )
-            if worst_big.spread > NOISY_SPREAD:
-                rec.warnings.append(f"{op} n={n} world={world}: repeats differ by {worst_big.spread:.0%}")
+            spread = max(t.spread for t in slowest)
+            if spread > NOISY_SPREAD:
+                rec.warnings.append(f"{op} n={n} world={world}: repeats differ by {spread:.0%}")
     rec.provenance["collectives"] = (
-        f"measured: 4 KiB and {large >> 20} MiB messages, every group of the world busy, slowest rank, "
-        f"median of {repeats}"
+        f"measured: {', '.join(_size(b) for b in sizes_bytes)} messages, {COLLECTIVE_CALLS} calls back to "
+        f"back, every group of the world busy, slowest rank, median of {repeats}; latency and bandwidth "
+        "fitted to all sizes (least squares in relative error)"
     )
     times = launch(probes.overlap_rank, ranks, shapes, dtype, 3 if quick else 7, 0,
                    device=device.type, timeout=600)[0]  # fmt: skip
@@ -240,12 +279,16 @@ def _world_figures(
     rec.provenance["intra_node_bandwidth_gbs"] = "measured: all-reduce over all ranks (see collectives)"
     rec.provenance["intra_node_latency_us"] = "measured: all-reduce over all ranks (see collectives)"
     return {
-        "contention": contention if device.type == "cpu" else {},
+        **shares,
         "collectives": collectives,
         "overlap_efficiency": round(eta, 4),
         "intra_node_bandwidth_gbs": all_reduce["bandwidth_gbs"],
         "intra_node_latency_us": all_reduce["latency_us"],
     }
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
 def _host_memory_bytes() -> int:

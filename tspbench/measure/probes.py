@@ -168,19 +168,27 @@ def gemm_rank(shapes: Shapes, dtype: torch.dtype, repeats: int) -> float:
     return gemm_rate(shapes, device, dtype, repeats).value
 
 
-def collectives_rank(ops: list[str], sizes: list[int], nbytes: tuple[int, int], repeats: int) -> dict:
-    """Seconds per call of each op on groups of each size (all groups busy at once), at a small
-    and a large message: {(op, n): (small Rate, large Rate)}. Every rank returns its own."""
+def attention_rank(heads: int, side: int, head_dim: int, dtype: torch.dtype, repeats: int) -> float:
+    """Counted FLOP/s of square causal attention on this rank while every rank runs the same."""
+    device = local_device()
+    dist.barrier()
+    return attention_rate(1, heads, side, side, head_dim, device, dtype, repeats).value
+
+
+def collectives_rank(ops: list[str], sizes: list[int], nbytes: list[int], repeats: int, calls: int) -> dict:
+    """Seconds per call of each op on groups of each size (all groups busy at once), at each
+    message size: {(op, n): [Rate per size]}. A repeat issues ``calls`` calls back to back, as a
+    step issues them. Every rank returns its own."""
     device, world = local_device(), dist.get_world_size()
     out = {}
     for n in sizes:
         mesh = Mesh({"outer": world // n, "inner": n}, dist.get_rank())
         group = mesh.group("inner")
         for op in ops:
-            out[(op, n)] = tuple(
-                seconds_per_call(partial(_issue, op, group, b, device), device, repeats, calls=3)
+            out[(op, n)] = [
+                seconds_per_call(partial(_issue, op, group, b, device), device, repeats, calls=calls)
                 for b in nbytes
-            )
+            ]
     return out
 
 
@@ -202,12 +210,19 @@ def _issue(op: str, group: comm.Group, nbytes: int, device: torch.device) -> Non
         comm.ring_shift(buf, group)
 
 
-def link_figures(op: str, n: int, small: tuple[int, Rate], large: tuple[int, Rate]) -> tuple[float, float]:
-    """(latency in us, bus bandwidth in GB/s) from a small and a large message's seconds."""
-    (s_bytes, s_time), (l_bytes, l_time) = small, large
+def link_figures(op: str, n: int, points: list[tuple[int, Rate]]) -> tuple[float, float]:
+    """(latency in us, bus bandwidth in GB/s): the line t = latency + bus bytes / bandwidth
+    fitted to (message bytes, seconds per call) at several sizes, least squares in relative
+    error (each point weighted 1 / t^2, so the small messages count as much as the large)."""
     bus = BUS_FACTOR[op](n)
-    slope = max((l_time.value - s_time.value) / (bus * (l_bytes - s_bytes)), 1e-15)
-    latency = max(s_time.value - bus * s_bytes * slope, 1e-7)
+    xt = [(bus * nbytes, rate.value) for nbytes, rate in points]
+    w = sum(1 / t**2 for _, t in xt)
+    x_mean = sum(x / t**2 for x, t in xt) / w
+    t_mean = sum(1 / t for _, t in xt) / w  # sum of t / t^2
+    sxx = sum((x - x_mean) ** 2 / t**2 for x, t in xt)
+    sxt = sum((x - x_mean) * (t - t_mean) / t**2 for x, t in xt)
+    slope = max(sxt / sxx, 1e-15)
+    latency = max(t_mean - slope * x_mean, 1e-7)
     return latency * 1e6, 1 / slope / 1e9
 
 
