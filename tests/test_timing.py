@@ -100,6 +100,32 @@ def test_measured_collective_figures_replace_the_link_figures() -> None:
     assert measured == pytest.approx(others + by_hand)
 
 
+def test_batched_gradient_all_reduces_cost_their_batched_latency() -> None:
+    """The gradient all-reduces after backward are issued async together (Strategy.sync_grads):
+    each at the batched latency calibrate measured; every other call at the blocking one."""
+    sp2 = Layout("sp", sp=2)  # weights replicated: every gradient all-reduced over the SP group
+    blocking = Collective("all_reduce", 2, 2, latency_us=500.0, bandwidth_gbs=0.5)
+    batched = replace(blocking, batched_latency_us=100.0)
+    times = [
+        predict(sp2, SMALL, replace(BASE, collectives=[c])).time.comm_exposed_s for c in (blocking, batched)
+    ]
+    grads = [r for r in predict(sp2, SMALL, BASE).comm if r.op == "all_reduce" and r.phase == "optimizer"]
+    assert grads and sum(r.count for r in grads) == len(grads)  # one call per replicated gradient
+    assert times[0] - times[1] == pytest.approx(len(grads) * 400e-6)
+
+
+def test_every_wait_on_peers_costs_the_measured_sync() -> None:
+    """Ranks sharing cores wait for each other once per blocking call, and once for the batched
+    gradient all-reduces together; ranks that own their devices (no sync_us) never."""
+    sp4 = Layout("sp", sp=4)
+    records = predict(sp4, SMALL, BASE).comm
+    calls = sum(r.count for r in records if r.phase != "optimizer") + 1  # + the gradient batch
+    plain = predict(sp4, SMALL, BASE).time.comm_exposed_s
+    synced = predict(sp4, SMALL, replace(BASE, sync_us={4: 2000.0, 2: 10.0})).time.comm_exposed_s
+    assert synced - plain == pytest.approx(calls * 2e-3)
+    assert predict(sp4, SMALL, replace(BASE, sync_us={2: 2000.0})).time.comm_exposed_s == plain
+
+
 def test_overlap_efficiency_decides_what_hidden_traffic_costs() -> None:
     step = StepTime(gemm_s=1.0, attention_s=0.5, elementwise_s=0.5, comm_exposed_s=0.2, comm_hidden_s=1.5,
                     overlap_efficiency=1.0, share=1.0)  # fmt: skip
@@ -148,6 +174,8 @@ def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
         ({"collectives": [{"op": "all_reduce"}]}, r"collectives\[0\]: expected keys"),
         ({"elementwise_passes": {"train": -1}}, r"elementwise_passes\.train: must be > 0, got -1"),
         ({"elementwise_passes": {"backward": 3}}, r"elementwise_passes: expected a mapping with keys among"),
+        ({"sync_us": {4: -1.0}}, r"sync_us\.4: must be >= 0, got -1"),
+        ({"attention_by_size": [128]}, r"attention_by_size: expected a mapping of sizes to numbers"),
     ],
 )
 def test_a_bad_profile_field_is_one_line_naming_file_and_key(
@@ -188,6 +216,8 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
     for key in ("attention_causal_by_size", "attention_by_size", "attention_contention"):
         assert len(getattr(hw, key)) >= 2 and hw.source_of(key).startswith("measured"), key
+    assert set(hw.sync_us) == {2} and hw.source_of("sync_us").startswith("measured")
+    assert all(c.batched_latency_us for c in hw.collectives if c.op == "all_reduce")
     p = predict(Layout("tsp", tsp=2), SMALL, hw)
     assert math.isfinite(p.step_time_s) and p.step_time_s > p.time.compute_s > 0
 

@@ -45,6 +45,7 @@ class Collective:
     world_size: int
     latency_us: float
     bandwidth_gbs: float  # bus bandwidth (nccl-tests convention), large messages
+    batched_latency_us: float | None = None  # per call, when issued async together (else latency_us)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Hardware:
     cores_per_node: int | None = None  # ranks on a node share this many cores (CPU); None: own device
     contention: dict[int, float] = field(default_factory=dict)  # ranks on a node -> each rank's share
     attention_contention: dict[int, float] = field(default_factory=dict)  # the same, of attention calls
+    sync_us: dict[int, float] = field(default_factory=dict)  # ranks on a node -> wait per blocking call
     collectives: list[Collective] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
     elementwise_passes: dict[str, float] = field(default_factory=lambda: dict(ASSUMED_PASSES))
@@ -105,12 +107,21 @@ class Hardware:
             return self.attention_contention[ranks_on_node]
         return self.share(ranks_on_node)
 
-    def link(self, op: str, group_size: int, world_size: int, inter_node: bool) -> tuple[float, float]:
-        """(latency in s, bus bandwidth in bytes/s) of ``op`` over a group of ``group_size``."""
+    def sync_s(self, ranks_on_node: int) -> float:
+        """Seconds a blocking collective that follows compute waits for its peers to be
+        scheduled, beyond its latency: measured where ranks share a host's cores; else 0."""
+        return self.sync_us.get(ranks_on_node, 0.0) * 1e-6
+
+    def link(
+        self, op: str, group_size: int, world_size: int, inter_node: bool, batched: bool = False
+    ) -> tuple[float, float]:
+        """(latency in s, bus bandwidth in bytes/s) of ``op`` over a group of ``group_size``;
+        ``batched``: the latency per call of calls issued async together, where measured."""
         measured = [c for c in self.collectives if c.op == op and c.group_size == group_size]
         if measured and not inter_node:
             best = min(measured, key=lambda c: (abs(c.world_size - world_size), c.world_size))
-            return best.latency_us * 1e-6, best.bandwidth_gbs * 1e9
+            latency = best.batched_latency_us if batched and best.batched_latency_us else best.latency_us
+            return latency * 1e-6, best.bandwidth_gbs * 1e9
         if inter_node:
             return self.inter_node_latency_us * 1e-6, self.inter_node_bandwidth_gbs * 1e9
         return self.intra_node_latency_us * 1e-6, self.intra_node_bandwidth_gbs * 1e9
@@ -206,6 +217,7 @@ def _hardware(data: dict[str, Any]) -> Hardware:
             raise _BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
     for key in ("contention", "attention_contention"):
         values[key] = _table(key, values.get(key))
+    values["sync_us"] = _table("sync_us", values.get("sync_us"), positive=False)
     values["collectives"] = [_collective(i, c) for i, c in enumerate(values.get("collectives") or [])]
     for key in ("attention_causal_by_size", "attention_by_size"):
         values[key] = _table(key, values.get(key))
@@ -215,14 +227,15 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     return Hardware(**values)
 
 
-def _table(key: str, entry: Any) -> dict[int, float]:
-    """A mapping of positive integer keys to positive numbers (empty when absent)."""
+def _table(key: str, entry: Any, positive: bool = True) -> dict[int, float]:
+    """A mapping of positive integer keys to numbers, positive or at least non-negative (empty
+    when absent)."""
     if entry is None:
         return {}
     if not isinstance(entry, dict):
         raise _BadField(f"{key}: expected a mapping of sizes to numbers, got {entry!r}")
     return {
-        int(_number(f"{key} key", k, positive=True)): _number(f"{key}.{k}", v, positive=True)
+        int(_number(f"{key} key", k, positive=True)): _number(f"{key}.{k}", v, positive=positive)
         for k, v in entry.items()
     }
 
@@ -246,8 +259,11 @@ def _number(key: str, value: Any, positive: bool) -> float:
 
 def _collective(index: int, entry: Any) -> Collective:
     where = f"collectives[{index}]"
-    if not isinstance(entry, dict) or set(entry) != {f.name for f in fields(Collective)}:
-        raise _BadField(f"{where}: expected keys {[f.name for f in fields(Collective)]}, got {entry!r}")
+    names = [f.name for f in fields(Collective)]
+    required = {f.name for f in fields(Collective) if f.default is MISSING}
+    if not isinstance(entry, dict) or not required <= set(entry) <= set(names):
+        raise _BadField(f"{where}: expected keys {names} (batched_latency_us optional), got {entry!r}")
     numbers = {k: _number(f"{where}.{k}", v, positive=True) for k, v in entry.items() if k != "op"}
     return Collective(str(entry["op"]), int(numbers["group_size"]), int(numbers["world_size"]),
-                      numbers["latency_us"], numbers["bandwidth_gbs"])  # fmt: skip
+                      numbers["latency_us"], numbers["bandwidth_gbs"],
+                      numbers.get("batched_latency_us"))  # fmt: skip

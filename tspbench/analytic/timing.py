@@ -12,7 +12,11 @@
     comm     = sum over the step's collectives of count x (latency + bus bytes / bandwidth), each
                at the figures measured for its op and group size (else the link it spans:
                ranks are placed model-parallel innermost, so a group wider than a node crosses
-               the NIC)
+               the NIC); batched calls (the gradient all-reduces, issued async together) at
+               their batched latency
+             + waits x sync  where ranks share a host's cores, a blocking call after compute
+               also waits for its peers to be scheduled: calibrate's ``sync_us``, once per
+               call and once per phase's batch (0 on GPUs: nothing measured, nothing added)
     step     = compute + exposed + (1 - eta) hidden + max(0, eta hidden - compute)
 
 "Hidden" is what the strategy's schedule overlaps with compute (its Traffic says so: TSP's
@@ -113,13 +117,21 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[floa
         n = mesh.size(*t.axes)
         if n == 1 or not t.count:
             continue
-        latency, bandwidth = hw.link(t.op, n, mesh.world_size, crosses_nodes(mesh, t, hw.gpus_per_node))
+        inter = crosses_nodes(mesh, t, hw.gpus_per_node)
+        latency, bandwidth = hw.link(t.op, n, mesh.world_size, inter, t.batched)
         seconds = t.count * (latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth)
         if t.hidden:
             hidden += seconds
         else:
             exposed += seconds
-    return exposed, hidden
+    return exposed + sync_calls(mesh, traffic) * hw.sync_s(min(mesh.world_size, hw.gpus_per_node)), hidden
+
+
+def sync_calls(mesh: Mesh, traffic: list[Traffic]) -> int:
+    """Times a rank waits on its peers: once per collective call (a hidden one's wait too), once
+    per phase for its batched calls (issued together, waited on together)."""
+    calls = [t for t in traffic if mesh.size(*t.axes) > 1 and t.count]
+    return sum(t.count for t in calls if not t.batched) + len({t.phase for t in calls if t.batched})
 
 
 def elementwise_bytes(workload: Workload, layer_bytes: int, param_bytes: int, hw: Hardware) -> float:

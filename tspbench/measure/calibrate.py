@@ -42,6 +42,7 @@ from functools import partial
 import torch
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.launch import launch
 from tspbench.measure import probes
 from tspbench.measure.probes import Rate
@@ -243,29 +244,8 @@ def _world_figures(
             f"measured: causal attention rate per rank ({heads} heads, {local} tokens, fwd+bwd) with "
             f"1-{ranks} ranks running at once"
         )
-    sizes_bytes = COLLECTIVE_BYTES[:-1] if quick else COLLECTIVE_BYTES
-    collectives = []
-    for world in sorted({2, ranks}):
-        groups = [n for n in range(2, world + 1) if world % n == 0]
-        per_rank = launch(probes.collectives_rank, world, list(OPS), groups, list(sizes_bytes), repeats,
-                          COLLECTIVE_CALLS, device=device.type, timeout=600)  # fmt: skip
-        for op, n in per_rank[0]:
-            slowest = [
-                max((r[(op, n)][i] for r in per_rank), key=lambda t: t.value) for i in range(len(sizes_bytes))
-            ]
-            latency, bandwidth = probes.link_figures(op, n, list(zip(sizes_bytes, slowest, strict=True)))
-            entry = {"op": op, "group_size": n, "world_size": world}
-            collectives.append(
-                entry | {"latency_us": round(latency, 2), "bandwidth_gbs": round(bandwidth, 4)}
-            )
-            spread = max(t.spread for t in slowest)
-            if spread > NOISY_SPREAD:
-                rec.warnings.append(f"{op} n={n} world={world}: repeats differ by {spread:.0%}")
-    rec.provenance["collectives"] = (
-        f"measured: {', '.join(_size(b) for b in sizes_bytes)} messages, {COLLECTIVE_CALLS} calls back to "
-        f"back, every group of the world busy, slowest rank, median of {repeats}; latency and bandwidth "
-        "fitted to all sizes (least squares in relative error)"
-    )
+    collectives = _collectives(rec, ranks, device, repeats, quick)
+    sync_us = _sync_figures(rec, shapes, ranks, device, dtype, quick)
     times = launch(probes.overlap_rank, ranks, shapes, dtype, 3 if quick else 7, 0,
                    device=device.type, timeout=600)[0]  # fmt: skip
     eta = probes.overlap_efficiency(times)
@@ -280,11 +260,71 @@ def _world_figures(
     rec.provenance["intra_node_latency_us"] = "measured: all-reduce over all ranks (see collectives)"
     return {
         **shares,
+        "sync_us": sync_us,
         "collectives": collectives,
         "overlap_efficiency": round(eta, 4),
         "intra_node_bandwidth_gbs": all_reduce["bandwidth_gbs"],
         "intra_node_latency_us": all_reduce["latency_us"],
     }
+
+
+def _collectives(rec: _Recorder, ranks: int, device: torch.device, repeats: int, quick: bool) -> list[dict]:
+    """Latency and bus bandwidth of every op on every group size in worlds of 2 and ``ranks``
+    (and the all-reduce's latency per call when issued batched)."""
+    sizes_bytes = COLLECTIVE_BYTES[:-1] if quick else COLLECTIVE_BYTES
+    collectives = []
+    for world in sorted({2, ranks}):
+        groups = [n for n in range(2, world + 1) if world % n == 0]
+        per_rank = launch(probes.collectives_rank, world, list(OPS), groups, list(sizes_bytes), repeats,
+                          COLLECTIVE_CALLS, device=device.type, timeout=600)  # fmt: skip
+        for key in per_rank[0]:
+            if len(key) != 2:
+                continue
+            op, n = key
+            slowest = [
+                max((r[key][i] for r in per_rank), key=lambda t: t.value) for i in range(len(sizes_bytes))
+            ]
+            latency, bandwidth = probes.link_figures(op, n, list(zip(sizes_bytes, slowest, strict=True)))
+            entry = {"op": op, "group_size": n, "world_size": world,
+                     "latency_us": round(latency, 2), "bandwidth_gbs": round(bandwidth, 4)}  # fmt: skip
+            if op == "all_reduce":
+                batch = max((r[(op, n, "batched")] for r in per_rank), key=lambda t: t.value)
+                per_call = batch.value / COLLECTIVE_CALLS - BUS_FACTOR[op](n) * sizes_bytes[0] / (
+                    bandwidth * 1e9
+                )
+                entry["batched_latency_us"] = round(max(per_call * 1e6, 0.1), 2)
+            collectives.append(entry)
+            spread = max(t.spread for t in slowest)
+            if spread > NOISY_SPREAD:
+                rec.warnings.append(f"{op} n={n} world={world}: repeats differ by {spread:.0%}")
+    rec.provenance["collectives"] = (
+        f"measured: {', '.join(_size(b) for b in sizes_bytes)} messages, {COLLECTIVE_CALLS} calls back to "
+        f"back, every group of the world busy, slowest rank, median of {repeats}; latency and bandwidth "
+        f"fitted to all sizes (least squares in relative error); batched_latency_us: {COLLECTIVE_CALLS} "
+        f"all-reduces of {_size(sizes_bytes[0])} issued async together, per call"
+    )
+    return collectives
+
+
+def _sync_figures(
+    rec: _Recorder, shapes: list, ranks: int, device: torch.device, dtype: torch.dtype, quick: bool
+) -> dict[int, float]:
+    """What a blocking collective after compute waits for its peers, per call, in worlds of 2
+    and ``ranks`` (ranks sharing a host's cores wait for each other to be scheduled)."""
+    out, how = {}, []
+    for world in sorted({2, ranks}):
+        times = launch(probes.sync_rank, world, shapes, dtype, 3 if quick else 9, 0,
+                       device=device.type, timeout=600)[0]  # fmt: skip
+        out[world] = round(probes.sync_seconds(times) * 1e6, 1)
+        ms = {k: f"{times[k].value * 1e3:.1f} ms" for k in ("compute", "comm", "mixed")}
+        how.append(
+            f"{world} ranks: GEMMs {ms['compute']}, all-reduces {ms['comm']}, both in turn {ms['mixed']}"
+        )
+    rec.provenance["sync_us"] = (
+        f"measured: {times['calls']} passes over the step's GEMMs, each followed by a blocking 4 KiB "
+        f"all-reduce, less the two apart, per call (interleaved rounds); {'; '.join(how)}"
+    )
+    return out
 
 
 def _size(nbytes: int) -> str:

@@ -178,7 +178,8 @@ def attention_rank(heads: int, side: int, head_dim: int, dtype: torch.dtype, rep
 def collectives_rank(ops: list[str], sizes: list[int], nbytes: list[int], repeats: int, calls: int) -> dict:
     """Seconds per call of each op on groups of each size (all groups busy at once), at each
     message size: {(op, n): [Rate per size]}. A repeat issues ``calls`` calls back to back, as a
-    step issues them. Every rank returns its own."""
+    step issues them; ("all_reduce", n, "batched"): seconds of ``calls`` smallest all-reduces
+    issued async together. Every rank returns its own."""
     device, world = local_device(), dist.get_world_size()
     out = {}
     for n in sizes:
@@ -189,7 +190,16 @@ def collectives_rank(ops: list[str], sizes: list[int], nbytes: list[int], repeat
                 seconds_per_call(partial(_issue, op, group, b, device), device, repeats, calls=calls)
                 for b in nbytes
             ]
+        batch = partial(_batched_all_reduce, group, nbytes[0], calls, device)
+        out[("all_reduce", n, "batched")] = seconds_per_call(batch, device, repeats, calls=1)
     return out
+
+
+def _batched_all_reduce(group: comm.Group, nbytes: int, calls: int, device: torch.device) -> None:
+    """``calls`` all-reduces issued async together and waited on together (as gradients are)."""
+    bufs = [torch.empty(nbytes // 4, device=device) for _ in range(calls)]
+    for work in [comm.all_reduce(b, group, async_op=True) for b in bufs]:
+        work.wait()
 
 
 def _issue(op: str, group: comm.Group, nbytes: int, device: torch.device) -> None:
@@ -257,6 +267,50 @@ def overlap_rank(shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int) -> 
         pending.wait()
 
     variants = {"compute": compute, "comm": transfer, "overlapped": both}
+    samples = interleaved(variants, rounds, seed, device)
+    return {"bytes": buf.numel() * buf.element_size(), **{k: Rate.of(v) for k, v in samples.items()}}
+
+
+def sync_rank(shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int, calls: int = 8) -> dict:
+    """Seconds of ``calls`` passes over the GEMMs alone, of ``calls`` blocking 4 KiB all-reduces
+    over the world alone (back to back), and of the GEMMs each followed by an all-reduce, as a
+    step issues its collectives; interleaved round by round in a seeded random order."""
+    device = local_device()
+    group = Mesh({"x": dist.get_world_size()}, dist.get_rank()).group("x")
+    pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
+             for m, n, k in shapes]  # fmt: skip
+    small = torch.empty(1024, device=device)
+
+    def compute() -> None:
+        for a, b in pairs:
+            a @ b
+
+    def reduce() -> None:
+        comm.all_reduce(small, group)
+
+    variants = {
+        "compute": lambda: [compute() for _ in range(calls)],
+        "comm": lambda: [reduce() for _ in range(calls)],
+        "mixed": lambda: [(compute(), reduce()) for _ in range(calls)],
+    }
+    samples = interleaved(variants, rounds, seed, device)
+    rounds_of = zip(samples["compute"], samples["comm"], samples["mixed"], strict=True)
+    extra = [(both - c - m) / calls for c, m, both in rounds_of]
+    return {"calls": calls, "sync": Rate.of(extra), **{k: Rate.of(v) for k, v in samples.items()}}
+
+
+def sync_seconds(times: dict) -> float:
+    """What a blocking collective after compute waits beyond compute and collective apart, per
+    call: the median over rounds (0 where ranks own their devices: nothing to wait for)."""
+    return max(0.0, times["sync"].value)
+
+
+def interleaved(
+    variants: dict[str, Callable[[], object]], rounds: int, seed: int, device: torch.device
+) -> dict[str, list[float]]:
+    """Seconds of each variant per round (slowest rank, every rank entering together), rounds
+    of every variant in a seeded random order, so drift on a shared host does not decide the
+    comparison."""
     samples: dict[str, list[float]] = {k: [] for k in variants}
     order = random.Random(seed)
     for _ in range(rounds):
@@ -270,7 +324,7 @@ def overlap_rank(shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int) -> 
             elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
             samples[name].append(float(elapsed.item()))
-    return {"bytes": buf.numel() * buf.element_size(), **{k: Rate.of(v) for k, v in samples.items()}}
+    return samples
 
 
 def overlap_efficiency(times: dict[str, Rate]) -> float:

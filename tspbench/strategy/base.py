@@ -135,7 +135,9 @@ class Strategy(Decoding):
             for shape, placement in self.local_parameters().values():
                 if placement.reduce:
                     nbytes = math.prod(shape) * elt
-                    out.append(Traffic("all_reduce", placement.reduce, nbytes, 1, "optimizer", "model"))
+                    out.append(
+                        Traffic("all_reduce", placement.reduce, nbytes, 1, "optimizer", "model", batched=True)
+                    )
             out.append(Traffic("all_reduce", self.data_axes(), elt, 1, "forward", "model"))
         return out
 

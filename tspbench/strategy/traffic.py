@@ -19,7 +19,9 @@ class Traffic:
     and full recomputation re-issue it in backward), "block" (inside a decoder block: full
     recomputation re-issues it), "block_end" (the block's last op: torch's checkpoint stops
     recomputing once every saved tensor is back, so nothing after the last saving op is
-    re-run), "model" (outside the blocks: never repeated).
+    re-run), "model" (outside the blocks: never repeated). ``batched`` says it is issued
+    async together with the other batched collectives of its phase and waited on once (the
+    gradient all-reduces after backward), not one blocking call after another.
     """
 
     op: str
@@ -30,6 +32,7 @@ class Traffic:
     scope: str = "block"
     hidden: bool = False
     channel: int = 0
+    batched: bool = False
 
 
 RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
