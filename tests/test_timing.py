@@ -114,16 +114,25 @@ def test_batched_gradient_all_reduces_cost_their_batched_latency() -> None:
     assert times[0] - times[1] == pytest.approx(len(grads) * 400e-6)
 
 
-def test_every_wait_on_peers_costs_the_measured_sync() -> None:
+def test_every_wait_on_peers_costs_the_sync_measured_after_as_much_compute() -> None:
     """Ranks sharing cores wait for each other once per blocking call, and once for the batched
-    gradient all-reduces together; ranks that own their devices (no sync_us) never."""
+    gradient all-reduces together, each wait the one calibrate measured after the same length
+    of compute (the step's compute over its waits); ranks that own their devices never."""
     sp4 = Layout("sp", sp=4)
-    records = predict(sp4, SMALL, BASE).comm
-    calls = sum(r.count for r in records if r.phase != "optimizer") + 1  # + the gradient batch
-    plain = predict(sp4, SMALL, BASE).time.comm_exposed_s
-    synced = predict(sp4, SMALL, replace(BASE, sync_us={4: 2000.0, 2: 10.0})).time.comm_exposed_s
-    assert synced - plain == pytest.approx(calls * 2e-3)
-    assert predict(sp4, SMALL, replace(BASE, sync_us={2: 2000.0})).time.comm_exposed_s == plain
+    p = predict(sp4, SMALL, BASE)
+    waits = sum(r.count for r in p.comm if r.phase != "optimizer") + 1  # + the gradient batch
+    chunk_us = p.time.compute_s / waits * 1e6
+    table = {chunk_us / 2: 100.0, chunk_us * 2: 400.0}  # halfway between: 200 us
+    synced = predict(sp4, SMALL, replace(BASE, sync_us={4: table, 2: {1.0: 1e6}})).time.comm_exposed_s
+    assert synced - p.time.comm_exposed_s == pytest.approx(waits * 200e-6)
+    assert predict(sp4, SMALL, replace(BASE, sync_us={2: table})).time.comm_exposed_s == p.time.comm_exposed_s
+
+
+def test_the_wait_grows_with_the_compute_before_it_up_to_the_longest_measured() -> None:
+    hw = replace(BASE, sync_us={4: {1000.0: 200.0, 5000.0: 1000.0}})
+    assert hw.sync_s(4, 500e-6) == pytest.approx(100e-6)  # proportional below the shortest chunk
+    assert hw.sync_s(4, 3000e-6) == pytest.approx(600e-6)  # linear between
+    assert hw.sync_s(4, 1.0) == pytest.approx(1000e-6) and hw.sync_s(2, 1.0) == 0.0  # flat above; unmeasured
 
 
 def test_overlap_efficiency_decides_what_hidden_traffic_costs() -> None:
@@ -174,7 +183,8 @@ def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
         ({"collectives": [{"op": "all_reduce"}]}, r"collectives\[0\]: expected keys"),
         ({"elementwise_passes": {"train": -1}}, r"elementwise_passes\.train: must be > 0, got -1"),
         ({"elementwise_passes": {"backward": 3}}, r"elementwise_passes: expected a mapping with keys among"),
-        ({"sync_us": {4: -1.0}}, r"sync_us\.4: must be >= 0, got -1"),
+        ({"sync_us": {4: {1000.0: -1.0}}}, r"sync_us\.4\.1000\.0: must be >= 0, got -1"),
+        ({"sync_us": {4: 3.0}}, r"sync_us: expected"),
         ({"attention_by_size": [128]}, r"attention_by_size: expected a mapping of sizes to numbers"),
     ],
 )
@@ -216,7 +226,9 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
     for key in ("attention_causal_by_size", "attention_by_size", "attention_contention"):
         assert len(getattr(hw, key)) >= 2 and hw.source_of(key).startswith("measured"), key
-    assert set(hw.sync_us) == {2} and hw.source_of("sync_us").startswith("measured")
+    assert (
+        set(hw.sync_us) == {2} and len(hw.sync_us[2]) == 3 and hw.source_of("sync_us").startswith("measured")
+    )
     assert all(c.batched_latency_us for c in hw.collectives if c.op == "all_reduce")
     p = predict(Layout("tsp", tsp=2), SMALL, hw)
     assert math.isfinite(p.step_time_s) and p.step_time_s > p.time.compute_s > 0

@@ -35,7 +35,7 @@ import numpy as np
 
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.predict import Prediction, predict
-from tspbench.analytic.timing import comm_seconds, ranks_per_node
+from tspbench.analytic.timing import comm_seconds, ranks_per_node, sync_seconds
 from tspbench.core.records import point_record
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.costs.decode import (
@@ -206,6 +206,7 @@ def step_time(
         return tsp_step_time(cfg, s, hw, mesh, share, transfers, attention, elementwise)
     exposed, hidden = comm_seconds(mesh, traffic_of(transfers), hw)
     compute = gemm + attention + elementwise
+    exposed += sync_seconds(mesh, traffic_of(transfers), hw, compute)
     hidden_cost = overlapped_s(compute, hidden, hw.overlap_efficiency) - compute
     return DecodeStepTime(gemm, attention, elementwise, exposed + hidden_cost, hidden - hidden_cost)
 
@@ -236,6 +237,7 @@ def tsp_step_time(
     weights = sum(h for _, h in schedules)
     total = sum(overlapped_s(c, h, eta) for c, h in schedules)
     exchange = sum(transfer_s(t, mesh, hw) for t in transfers if t.what in ("queries", "partials"))
+    exchange += sync_seconds(mesh, traffic_of(transfers), hw, gemm + attention + elementwise)
     hidden_cost = total - gemm
     return DecodeStepTime(gemm, attention, elementwise, exchange + hidden_cost, weights - hidden_cost)
 

@@ -68,7 +68,7 @@ class Hardware:
     cores_per_node: int | None = None  # ranks on a node share this many cores (CPU); None: own device
     contention: dict[int, float] = field(default_factory=dict)  # ranks on a node -> each rank's share
     attention_contention: dict[int, float] = field(default_factory=dict)  # the same, of attention calls
-    sync_us: dict[int, float] = field(default_factory=dict)  # ranks on a node -> wait per blocking call
+    sync_us: dict[int, dict[float, float]] = field(default_factory=dict)  # ranks -> {chunk us: wait us}
     collectives: list[Collective] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
     elementwise_passes: dict[str, float] = field(default_factory=lambda: dict(ASSUMED_PASSES))
@@ -107,10 +107,21 @@ class Hardware:
             return self.attention_contention[ranks_on_node]
         return self.share(ranks_on_node)
 
-    def sync_s(self, ranks_on_node: int) -> float:
-        """Seconds a blocking collective that follows compute waits for its peers to be
-        scheduled, beyond its latency: measured where ranks share a host's cores; else 0."""
-        return self.sync_us.get(ranks_on_node, 0.0) * 1e-6
+    def sync_s(self, ranks_on_node: int, chunk_s: float) -> float:
+        """Seconds a blocking collective that follows ``chunk_s`` of compute waits for its peers
+        to be scheduled, beyond its latency, where ranks share a host's cores (else 0): the
+        measured table, linear in the chunk between its points, proportional below the shortest
+        (no compute, no drift) and flat above the longest (the scheduler bounds the drift)."""
+        rows = sorted(self.sync_us.get(ranks_on_node, {}).items())
+        if not rows or chunk_s <= 0:
+            return 0.0
+        chunk = chunk_s * 1e6
+        if chunk <= rows[0][0]:
+            return rows[0][1] * chunk / rows[0][0] * 1e-6
+        for (c0, w0), (c1, w1) in itertools.pairwise(rows):
+            if chunk <= c1:
+                return (w0 + (chunk - c0) / (c1 - c0) * (w1 - w0)) * 1e-6
+        return rows[-1][1] * 1e-6
 
     def link(
         self, op: str, group_size: int, world_size: int, inter_node: bool, batched: bool = False
@@ -217,7 +228,7 @@ def _hardware(data: dict[str, Any]) -> Hardware:
             raise _BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
     for key in ("contention", "attention_contention"):
         values[key] = _table(key, values.get(key))
-    values["sync_us"] = _table("sync_us", values.get("sync_us"), positive=False)
+    values["sync_us"] = _sync_table(values.get("sync_us"))
     values["collectives"] = [_collective(i, c) for i, c in enumerate(values.get("collectives") or [])]
     for key in ("attention_causal_by_size", "attention_by_size"):
         values[key] = _table(key, values.get(key))
@@ -237,6 +248,21 @@ def _table(key: str, entry: Any, positive: bool = True) -> dict[int, float]:
     return {
         int(_number(f"{key} key", k, positive=True)): _number(f"{key}.{k}", v, positive=positive)
         for k, v in entry.items()
+    }
+
+
+def _sync_table(entry: Any) -> dict[int, dict[float, float]]:
+    """sync_us: {ranks on a node: {chunk of compute in us (> 0): wait per call in us (>= 0)}}."""
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict) or not all(isinstance(v, dict) for v in entry.values()):
+        raise _BadField(f"sync_us: expected {{ranks: {{chunk us: wait us}}}}, got {entry!r}")
+    return {
+        int(_number("sync_us key", r, positive=True)): {
+            _number(f"sync_us.{r} key", c, positive=True): _number(f"sync_us.{r}.{c}", w, positive=False)
+            for c, w in table.items()
+        }
+        for r, table in entry.items()
     }
 
 

@@ -15,8 +15,10 @@
                the NIC); batched calls (the gradient all-reduces, issued async together) at
                their batched latency
              + waits x sync  where ranks share a host's cores, a blocking call after compute
-               also waits for its peers to be scheduled: calibrate's ``sync_us``, once per
-               call and once per phase's batch (0 on GPUs: nothing measured, nothing added)
+               also waits for its peers, which drifted apart while they computed: once per
+               call and once per phase's batch, each at the wait calibrate's ``sync_us``
+               measured after the same length of compute (compute / waits; 0 on GPUs:
+               nothing measured, nothing added)
     step     = compute + exposed + (1 - eta) hidden + max(0, eta hidden - compute)
 
 "Hidden" is what the strategy's schedule overlaps with compute (its Traffic says so: TSP's
@@ -124,7 +126,13 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[floa
             hidden += seconds
         else:
             exposed += seconds
-    return exposed + sync_calls(mesh, traffic) * hw.sync_s(min(mesh.world_size, hw.gpus_per_node)), hidden
+    return exposed, hidden
+
+
+def sync_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, compute_s: float) -> float:
+    """What the step's waits on peers cost: each after compute_s / waits of compute, on average."""
+    waits = sync_calls(mesh, traffic)
+    return waits * hw.sync_s(min(mesh.world_size, hw.gpus_per_node), compute_s / waits) if waits else 0.0
 
 
 def sync_calls(mesh: Mesh, traffic: list[Traffic]) -> int:
@@ -158,4 +166,5 @@ def step_time(
     elementwise = elementwise_bytes(workload, layer_bytes, param_bytes, hw)
     gemm, attention, other = compute_seconds(flops, elementwise, hw, ranks)
     exposed, hidden = comm_seconds(mesh, traffic, hw)
+    exposed += sync_seconds(mesh, traffic, hw, gemm + attention + other)
     return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)

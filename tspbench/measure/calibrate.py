@@ -308,21 +308,22 @@ def _collectives(rec: _Recorder, ranks: int, device: torch.device, repeats: int,
 
 def _sync_figures(
     rec: _Recorder, shapes: list, ranks: int, device: torch.device, dtype: torch.dtype, quick: bool
-) -> dict[int, float]:
-    """What a blocking collective after compute waits for its peers, per call, in worlds of 2
-    and ``ranks`` (ranks sharing a host's cores wait for each other to be scheduled)."""
-    out, how = {}, []
+) -> dict[int, dict[float, float]]:
+    """What a blocking collective after a chunk of compute waits for its peers, per call, at
+    three chunk lengths, in worlds of 2 and ``ranks``: {ranks: {chunk in us: wait in us}}.
+    (Ranks sharing a host's cores drift apart while they compute, up to about a time slice.)"""
+    chunks = [(shapes[: max(1, len(shapes) // 4)], 1), (shapes, 1), (shapes, 4)]  # (GEMMs, passes)
+    out: dict[int, dict[float, float]] = {}
     for world in sorted({2, ranks}):
-        times = launch(probes.sync_rank, world, shapes, dtype, 3 if quick else 9, 0,
-                       device=device.type, timeout=600)[0]  # fmt: skip
-        out[world] = round(probes.sync_seconds(times) * 1e6, 1)
-        ms = {k: f"{times[k].value * 1e3:.1f} ms" for k in ("compute", "comm", "mixed")}
-        how.append(
-            f"{world} ranks: GEMMs {ms['compute']}, all-reduces {ms['comm']}, both in turn {ms['mixed']}"
-        )
+        out[world] = {}
+        for gemms, passes in chunks:
+            times = launch(probes.sync_rank, world, gemms, dtype, 3 if quick else 9, 0, passes,
+                           device=device.type, timeout=600)  # fmt: skip
+            out[world][round(times[0]["chunk_s"] * 1e6, 1)] = round(probes.sync_seconds(times[0]) * 1e6, 1)
     rec.provenance["sync_us"] = (
-        f"measured: {times['calls']} passes over the step's GEMMs, each followed by a blocking 4 KiB "
-        f"all-reduce, less the two apart, per call (interleaved rounds); {'; '.join(how)}"
+        "measured: chunks of the step's GEMMs (a quarter of them, all, all 4 times over), each followed by "
+        "a blocking 4 KiB all-reduce over the world, against the two apart (interleaved rounds, median): "
+        "{ranks: {chunk us: wait us per call}}"
     )
     return out
 

@@ -271,37 +271,42 @@ def overlap_rank(shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int) -> 
     return {"bytes": buf.numel() * buf.element_size(), **{k: Rate.of(v) for k, v in samples.items()}}
 
 
-def sync_rank(shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int, calls: int = 8) -> dict:
-    """Seconds of ``calls`` passes over the GEMMs alone, of ``calls`` blocking 4 KiB all-reduces
-    over the world alone (back to back), and of the GEMMs each followed by an all-reduce, as a
-    step issues its collectives; interleaved round by round in a seeded random order."""
+def sync_rank(
+    shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int, passes: int = 1, calls: int = 6
+) -> dict:
+    """Seconds of ``calls`` chunks of compute alone (``passes`` passes over the GEMMs each), of
+    ``calls`` blocking 4 KiB all-reduces over the world alone (back to back), and of the chunks
+    each followed by an all-reduce, as a step issues its collectives; interleaved round by round
+    in a seeded random order. "sync": what each call waited beyond the two apart, per round."""
     device = local_device()
     group = Mesh({"x": dist.get_world_size()}, dist.get_rank()).group("x")
     pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
              for m, n, k in shapes]  # fmt: skip
     small = torch.empty(1024, device=device)
 
-    def compute() -> None:
-        for a, b in pairs:
-            a @ b
+    def chunk() -> None:
+        for _ in range(passes):
+            for a, b in pairs:
+                a @ b
 
     def reduce() -> None:
         comm.all_reduce(small, group)
 
     variants = {
-        "compute": lambda: [compute() for _ in range(calls)],
+        "compute": lambda: [chunk() for _ in range(calls)],
         "comm": lambda: [reduce() for _ in range(calls)],
-        "mixed": lambda: [(compute(), reduce()) for _ in range(calls)],
+        "mixed": lambda: [(chunk(), reduce()) for _ in range(calls)],
     }
     samples = interleaved(variants, rounds, seed, device)
     rounds_of = zip(samples["compute"], samples["comm"], samples["mixed"], strict=True)
     extra = [(both - c - m) / calls for c, m, both in rounds_of]
-    return {"calls": calls, "sync": Rate.of(extra), **{k: Rate.of(v) for k, v in samples.items()}}
+    times = {k: Rate.of(v) for k, v in samples.items()}
+    return {"calls": calls, "chunk_s": times["compute"].value / calls, "sync": Rate.of(extra), **times}
 
 
 def sync_seconds(times: dict) -> float:
-    """What a blocking collective after compute waits beyond compute and collective apart, per
-    call: the median over rounds (0 where ranks own their devices: nothing to wait for)."""
+    """What a blocking collective after a chunk of compute waits beyond compute and collective
+    apart, per call: the median over rounds (0 where ranks own their devices)."""
     return max(0.0, times["sync"].value)
 
 
