@@ -204,9 +204,10 @@ def step_time(
     transfers = [t for t in decode_transfers(cfg, s) if t.phase == "decode"]
     if s.strategy == "tsp" and s.weight_parts > 1:
         return tsp_step_time(cfg, s, hw, mesh, share, transfers, attention, elementwise)
-    exposed, hidden = comm_seconds(mesh, traffic_of(transfers), hw)
+    traffic = traffic_of(transfers)
+    exposed, hidden = comm_seconds(mesh, traffic, hw)
     compute = gemm + attention + elementwise
-    exposed += sync_seconds(mesh, traffic_of(transfers), hw, compute)
+    exposed += sync_seconds(mesh, traffic, hw, compute)
     hidden_cost = overlapped_s(compute, hidden, hw.overlap_efficiency) - compute
     return DecodeStepTime(gemm, attention, elementwise, exposed + hidden_cost, hidden - hidden_cost)
 

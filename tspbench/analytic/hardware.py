@@ -112,16 +112,10 @@ class Hardware:
         to be scheduled, beyond its latency, where ranks share a host's cores (else 0): the
         measured table, linear in the chunk between its points, proportional below the shortest
         (no compute, no drift) and flat above the longest (the scheduler bounds the drift)."""
-        rows = sorted(self.sync_us.get(ranks_on_node, {}).items())
-        if not rows or chunk_s <= 0:
+        table = self.sync_us.get(ranks_on_node)
+        if not table:
             return 0.0
-        chunk = chunk_s * 1e6
-        if chunk <= rows[0][0]:
-            return rows[0][1] * chunk / rows[0][0] * 1e-6
-        for (c0, w0), (c1, w1) in itertools.pairwise(rows):
-            if chunk <= c1:
-                return (w0 + (chunk - c0) / (c1 - c0) * (w1 - w0)) * 1e-6
-        return rows[-1][1] * 1e-6
+        return _interpolated({0.0: 0.0, **table}, chunk_s * 1e6, 0.0, log=False) * 1e-6
 
     def link(
         self, op: str, group_size: int, world_size: int, inter_node: bool, batched: bool = False
@@ -144,9 +138,9 @@ class Hardware:
         return asdict(self)
 
 
-def _interpolated(table: dict[int, float], size: int, default: float) -> float:
-    """``table`` (size -> rate) at ``size``, interpolated in log(size) and clamped at its ends;
-    ``default`` without a table or a size."""
+def _interpolated(table: dict, size: float, default: float, log: bool = True) -> float:
+    """``table`` (size -> value) at ``size``, interpolated in log(size) (or linearly) and clamped
+    at its ends; ``default`` without a table or a size."""
     rows = sorted(table.items())
     if not rows or size <= 0:
         return default
@@ -154,7 +148,7 @@ def _interpolated(table: dict[int, float], size: int, default: float) -> float:
         return rows[0][1]
     for (s0, r0), (s1, r1) in itertools.pairwise(rows):
         if size <= s1:
-            w = math.log(size / s0) / math.log(s1 / s0)
+            w = math.log(size / s0) / math.log(s1 / s0) if log else (size - s0) / (s1 - s0)
             return r0 + w * (r1 - r0)
     return rows[-1][1]
 

@@ -277,18 +277,16 @@ def _collectives(rec: _Recorder, ranks: int, device: torch.device, repeats: int,
         groups = [n for n in range(2, world + 1) if world % n == 0]
         per_rank = launch(probes.collectives_rank, world, list(OPS), groups, list(sizes_bytes), repeats,
                           COLLECTIVE_CALLS, device=device.type, timeout=600)  # fmt: skip
-        for key in per_rank[0]:
-            if len(key) != 2:
-                continue
-            op, n = key
+        for op, n in per_rank[0]["links"]:
             slowest = [
-                max((r[key][i] for r in per_rank), key=lambda t: t.value) for i in range(len(sizes_bytes))
+                max((r["links"][(op, n)][i] for r in per_rank), key=lambda t: t.value)
+                for i in range(len(sizes_bytes))
             ]
             latency, bandwidth = probes.link_figures(op, n, list(zip(sizes_bytes, slowest, strict=True)))
             entry = {"op": op, "group_size": n, "world_size": world,
                      "latency_us": round(latency, 2), "bandwidth_gbs": round(bandwidth, 4)}  # fmt: skip
             if op == "all_reduce":
-                batch = max((r[(op, n, "batched")] for r in per_rank), key=lambda t: t.value)
+                batch = max((r["batched"][n] for r in per_rank), key=lambda t: t.value)
                 per_call = batch.value / COLLECTIVE_CALLS - BUS_FACTOR[op](n) * sizes_bytes[0] / (
                     bandwidth * 1e9
                 )

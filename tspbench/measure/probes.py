@@ -98,10 +98,23 @@ Shapes = list[tuple[int, int, int]]  # (m, n, k) of [m, k] x [k, n] GEMMs
 
 def gemm_rate(shapes: Shapes, device: torch.device, dtype: torch.dtype, repeats: int) -> Rate:
     """FLOP/s over a set of [m, k] x [k, n] GEMMs run back to back (the step's mix of shapes)."""
+    flops = sum(2 * m * n * k for m, n, k in shapes)
+    return throughput(flops, gemm_pass(shapes, device, dtype), device, repeats)
+
+
+def gemm_pass(
+    shapes: Shapes, device: torch.device, dtype: torch.dtype, passes: int = 1
+) -> Callable[[], None]:
+    """A call that runs ``passes`` passes over [m, k] x [k, n] GEMMs of ``shapes``, back to back."""
     pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
              for m, n, k in shapes]  # fmt: skip
-    flops = sum(2 * m * n * k for m, n, k in shapes)
-    return throughput(flops, lambda: [a @ b for a, b in pairs], device, repeats)
+
+    def call() -> None:
+        for _ in range(passes):
+            for a, b in pairs:
+                a @ b
+
+    return call
 
 
 def attention_rate(
@@ -177,22 +190,22 @@ def attention_rank(heads: int, side: int, head_dim: int, dtype: torch.dtype, rep
 
 def collectives_rank(ops: list[str], sizes: list[int], nbytes: list[int], repeats: int, calls: int) -> dict:
     """Seconds per call of each op on groups of each size (all groups busy at once), at each
-    message size: {(op, n): [Rate per size]}. A repeat issues ``calls`` calls back to back, as a
-    step issues them; ("all_reduce", n, "batched"): seconds of ``calls`` smallest all-reduces
-    issued async together. Every rank returns its own."""
+    message size: {"links": {(op, n): [Rate per size]}, "batched": {n: Rate}}. A repeat issues
+    ``calls`` calls back to back, as a step issues them; "batched": seconds of ``calls`` smallest
+    all-reduces issued async together. Every rank returns its own."""
     device, world = local_device(), dist.get_world_size()
-    out = {}
+    links, batched = {}, {}
     for n in sizes:
         mesh = Mesh({"outer": world // n, "inner": n}, dist.get_rank())
         group = mesh.group("inner")
         for op in ops:
-            out[(op, n)] = [
+            links[(op, n)] = [
                 seconds_per_call(partial(_issue, op, group, b, device), device, repeats, calls=calls)
                 for b in nbytes
             ]
         batch = partial(_batched_all_reduce, group, nbytes[0], calls, device)
-        out[("all_reduce", n, "batched")] = seconds_per_call(batch, device, repeats, calls=1)
-    return out
+        batched[n] = seconds_per_call(batch, device, repeats, calls=1)
+    return {"links": links, "batched": batched}
 
 
 def _batched_all_reduce(group: comm.Group, nbytes: int, calls: int, device: torch.device) -> None:
@@ -242,13 +255,7 @@ def overlap_rank(shapes: Shapes, dtype: torch.dtype, rounds: int, seed: int) -> 
     sized to last about as long as the compute (agreed across ranks), where hiding matters most."""
     device = local_device()
     group = Mesh({"x": dist.get_world_size()}, dist.get_rank()).group("x")
-    pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
-             for m, n, k in shapes]  # fmt: skip
-
-    def compute() -> None:
-        for a, b in pairs:
-            a @ b
-
+    compute = gemm_pass(shapes, device, dtype)
     probe = torch.empty(2**18, device=device)  # 1 MiB
     ratio = (
         seconds_per_call(compute, device, 3, calls=1).value
@@ -280,14 +287,8 @@ def sync_rank(
     in a seeded random order. "sync": what each call waited beyond the two apart, per round."""
     device = local_device()
     group = Mesh({"x": dist.get_world_size()}, dist.get_rank()).group("x")
-    pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
-             for m, n, k in shapes]  # fmt: skip
+    chunk = gemm_pass(shapes, device, dtype, passes)
     small = torch.empty(1024, device=device)
-
-    def chunk() -> None:
-        for _ in range(passes):
-            for a, b in pairs:
-                a @ b
 
     def reduce() -> None:
         comm.all_reduce(small, group)
