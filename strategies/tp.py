@@ -113,6 +113,7 @@ class TensorParallel(Strategy):
     vocab_axis = "tp"
     weight_axes = ("tp",)
     head_axis = "tp"
+    switches = ("megatron_sp",)
     summary = (
         "Megatron tensor parallel: heads, MLP columns/rows and vocabulary split; 2 all-reduces per layer"
     )

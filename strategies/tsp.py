@@ -43,6 +43,7 @@ class FoldedParallel(Strategy):
     sequence_axis = "tsp"
     channels = 2
     weight_axes = ("tsp",)
+    switches = ("overlap",)
     summary = "folded tensor+sequence parallel: 1/D of every weight and 1/D of the tokens per rank"
 
     def placement(self, name: str, shape: tuple[int, ...]) -> Placement:

@@ -101,6 +101,63 @@ def test_unknown_command_exits_2(capsys) -> None:
             "--timeout: must be a finite number of seconds",
         ),
         (["bench", "--strategy", "dp", "--hardware", "nosuch"], "unknown hardware 'nosuch'"),
+        # a value that starts with '-' reaches the flag's own check, whichever way it is written
+        (
+            ["bench", "--strategy", "dp", "--capacity", "-1GiB"],
+            "--capacity: must be at least 1 byte, got '-1GiB'",
+        ),
+        (
+            ["bench", "--strategy", "dp", "--capacity=-1GiB"],
+            "--capacity: must be at least 1 byte, got '-1GiB'",
+        ),
+        (["validate", "--strategy", "dp", "--seed", "100000000000000000000000"], "--seed: must be in [-9223"),
+        (["bench", "--strategy", "dp", "--seed", "-9223372036854775809"], "--seed: must be in [-9223"),
+        (
+            ["bench", "--strategy", "tp", "--tp", "2", "--mode", "infer", "--recompute", "full"],
+            "--recompute full with --mode infer: recomputation applies to training only",
+        ),
+        (
+            [
+                "bench",
+                "--strategy",
+                "tp",
+                "--tp",
+                "2",
+                "--mode",
+                "decode",
+                "--decode-tokens",
+                "2",
+                "--recompute",
+                "selective",
+            ],
+            "--recompute selective with --mode decode: recomputation applies to training only",
+        ),
+        (
+            ["predict", "--strategy", "tp", "--tp", "2", "--mode", "infer", "--recompute", "full"],
+            "--recompute full with --mode infer",
+        ),
+        (
+            ["plan", "--gpus", "8", "--seq-len", "1024", "--mode", "infer", "--recompute", "full"],
+            "--recompute full with --mode infer",
+        ),
+        (
+            ["bench", "--strategy", "sp", "--sp", "2", "--megatron-sp"],
+            "megatron_sp (--megatron-sp) shards the residual stream over a tensor-parallel axis: it "
+            "applies to tp, tp_sp only, not 'sp'",
+        ),
+        (
+            ["validate", "--strategy", "tp", "--tp", "2", "--no-overlap"],
+            "overlap: false (--no-overlap) makes TSP's weight transfers blocking: it applies to tsp only, "
+            "not 'tp'",
+        ),
+        (
+            ["validate", "--strategy", "dp", "--mode", "both", "--decode-tokens", "2"],
+            "--decode-tokens is for --mode decode only, not --mode both (it runs train and infer)",
+        ),
+        (
+            ["plan", "--gpus", "8", "--seq-len", "1024", "--mode", "decode"],
+            "--mode decode: plan ranks training and prefill steps; for decode use `tspbench plan-decode",
+        ),
         pytest.param(
             ["bench", "--strategy", "dp", "--dp", "2", "--device", "cuda"],
             "device 'cuda': 2 ranks need 2 GPUs, 0 visible here",
@@ -129,3 +186,95 @@ def test_results_or_output_path_that_is_a_file_exits_2(tmp_path, capsys) -> None
         assert _exit_code(argv) == 2
         err = capsys.readouterr().err
         assert problem in err and len(err.strip().splitlines()) == 1, err
+
+
+def _one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one stderr line of a refused command (exit 2, nothing on stdout)."""
+    assert _exit_code(argv) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and out == "", err
+    return err.strip()
+
+
+def test_predict_decode_gives_the_decode_model(capsys) -> None:
+    """predict --mode decode is the model plan-decode ranks by (it used to raise KeyError)."""
+    from tspbench.analytic.decode import predict_decode
+    from tspbench.core.spec import Layout, ModelConfig
+
+    argv = [
+        "predict",
+        "--strategy",
+        "tp",
+        "--tp",
+        "2",
+        "--mode",
+        "decode",
+        "--decode-tokens",
+        "4",
+        "--batch",
+        "2",
+    ]
+    assert main([*argv, "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    model = predict_decode(Layout("tp", tp=2), ModelConfig.preset("7b"), 2, 512, 4, "bfloat16", "mi300x")
+    assert record["mode"] == "decode" and record["decode_tokens"] == 4 and record["source"] == "predicted"
+    assert record["tpot_p50_s"] == model.tpot_s() and record["ttft_s"] == model.ttft_s
+    assert record["kv_cache_bytes"] == model.kv_cache_bytes
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "TTFT" in text and "TPOT p50" in text and "KV cache" in text
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where nothing can be created")
+def test_unwritable_output_is_refused_before_any_work(tmp_path: Path, capsys, monkeypatch) -> None:
+    """/proc takes no new files, even from root: refused up front in one clean line, not an
+    [Errno 2] after the work (calibrate measured for minutes before finding it out)."""
+    import tspbench.cli.analytic
+    import tspbench.measure.gpu_check
+
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work started before the output path was checked")
+
+    monkeypatch.setattr(tspbench.cli.analytic, "calibrate", must_not_run)
+    monkeypatch.setattr(tspbench.measure.gpu_check, "run", must_not_run)
+    experiment = str(Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml")
+    cases = [
+        (["calibrate", "--quick", "--out", "/proc/tspbench-x/cpu.yaml"], "--out /proc/tspbench-x/cpu.yaml"),
+        (["run", experiment, "--results", "/proc/tspbench-x"], "--results /proc/tspbench-x"),
+        (["report", str(tmp_path), "--out", "/proc/tspbench-x"], "--out /proc/tspbench-x"),
+        (["gpu-check", "--device", "cpu", "--quick", "--out", "/proc/tspbench-x"], "--out /proc/tspbench-x"),
+    ]
+    for argv, flag in cases:
+        err = _one_error_line(argv, capsys)
+        assert err.startswith(f"tspbench {argv[0]}: error: {flag}: cannot be written"), err
+        assert "Errno" not in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a GPU")
+def test_gpu_check_without_a_gpu_is_a_usage_error(capsys) -> None:
+    err = _one_error_line(["gpu-check"], capsys)
+    assert err.startswith("tspbench gpu-check: error: --device cuda: no CUDA device here"), err
+
+
+def test_status_of_a_file_says_it_is_a_file(tmp_path: Path, capsys) -> None:
+    a_file = tmp_path / "records.csv"
+    a_file.write_text("")
+    for command in ("status", "report"):
+        err = _one_error_line([command, str(a_file)], capsys)
+        assert f"{a_file}: is a file, not a results folder" in err, err
+
+
+def test_hardware_profile_with_a_duplicate_key_or_a_bad_byte(tmp_path: Path, capsys) -> None:
+    from tspbench.analytic.hardware import find_profile
+
+    shipped = find_profile("mi300x").read_text()
+    duplicate = tmp_path / "dup.yaml"
+    duplicate.write_text(f"name: mine\n{shipped}")  # the shipped file names itself again below
+    err = _one_error_line(["predict", "--strategy", "tp", "--tp", "2", "--hardware", str(duplicate)], capsys)
+    line = 1 + next(i for i, ln in enumerate(shipped.splitlines(), 1) if ln.startswith("name:"))
+    assert f"{duplicate}: not valid YAML at line {line}" in err, err
+    assert "duplicate key 'name' (first given at line 1)" in err, err
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(shipped.encode() + b"# caf\xe9\n")
+    err = _one_error_line(["predict", "--strategy", "tp", "--tp", "2", "--hardware", str(latin)], capsys)
+    assert f"{latin}: not UTF-8 text: byte 0xe9" in err, err

@@ -186,6 +186,26 @@ def test_missing_file(tmp_path: Path, capsys) -> None:
         ),
         ({"run": {"timeout": float("nan")}}, "run.timeout: must be a finite number, got nan"),
         ({"run": {"warmup": -3}}, "run.warmup: must be >= 0, got -3"),
+        ({"settings": {"seed": 10**23}}, "settings.seed: must be <= 18446744073709551614, got 1000"),
+        (
+            {"sweep": {"grid": {"seed": [0, -(2**63) - 1]}}},
+            "sweep.grid.seed[1]: must be >= -9223372036854775808",
+        ),
+        (
+            {"settings": {"mode": "infer", "recompute": "full"}, "sweep": None, "layout": {"strategy": "dp"}},
+            "settings.recompute: gives no valid point: recompute 'full': recomputation applies to "
+            "training only: mode 'infer' has no backward pass",
+        ),
+        (
+            {"settings": {"megatron_sp": True}, "sweep": None, "layout": {"strategy": "sp", "sp": 2}},
+            "settings: gives no valid point: megatron_sp (--megatron-sp) shards the residual stream over "
+            "a tensor-parallel axis: it applies to tp, tp_sp only, not 'sp'",
+        ),
+        (
+            {"settings": {"overlap": False}, "sweep": None, "layout": {"strategy": "tp", "tp": 2}},
+            "settings: gives no valid point: overlap: false (--no-overlap) makes TSP's weight transfers "
+            "blocking: it applies to tsp only, not 'tp'",
+        ),
     ],
 )
 def test_bad_values_are_one_line(tmp_path: Path, capsys, change: dict, expected: str) -> None:
@@ -197,6 +217,34 @@ def test_invalid_yaml_names_the_line(tmp_path: Path, capsys) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: t\nmodel: {preset: tiny\n")
     assert "not valid YAML at line" in one_line_error(capsys, str(path))
+
+
+def test_a_key_given_twice_names_the_file_line_and_key(tmp_path: Path, capsys) -> None:
+    """PyYAML keeps the last of two equal keys in silence: the sweep would run the wrong length."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: t\nmodel: {preset: tiny}\nsettings:\n  seq_len: 256\n  seq_len: 512\n")
+    err = one_line_error(capsys, str(path))
+    assert f"{path}: not valid YAML at line 5" in err, err
+    assert "duplicate key 'seq_len' (first given at line 4)" in err, err
+    profile = tmp_path / "cluster.yaml"
+    profile.write_text("gpus_per_node: 2\ndevice: cpu\nnodes: 2\ngpus_per_node: 4\n")
+    err = one_line_error(capsys, str(write(tmp_path, TINY)), "--cluster", str(profile))
+    assert f"{profile}: not valid YAML at line 4" in err and "duplicate key 'gpus_per_node'" in err, err
+
+
+def test_a_byte_that_is_not_utf8_names_the_file(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: t\nmodel: {preset: tiny}\ndescription: caf\xe9\n")
+    err = one_line_error(capsys, str(path))
+    assert f"{path}: not UTF-8 text: byte 0xe9 at line 3" in err, err
+
+
+def test_a_folder_lists_the_experiment_files_inside_it(tmp_path: Path, capsys) -> None:
+    write(tmp_path, TINY, "b.yaml")
+    write(tmp_path, TINY, "a.yaml")
+    err = one_line_error(capsys, str(tmp_path))
+    assert f"{tmp_path}: is a folder, not an experiment file; the YAML files in it: a.yaml, b.yaml" in err
+    assert "no such experiment file" not in err
 
 
 def test_set_overrides_any_value(tmp_path: Path, capsys) -> None:
@@ -222,6 +270,8 @@ def test_bad_set_names_the_override(tmp_path: Path, capsys) -> None:
     assert "did you mean 'steps'" in one_line_error(capsys, path, "--set", "run.stepz=2")
     assert "expected KEY.PATH=VALUE" in one_line_error(capsys, path, "--set", "oops")
     assert "no list item [5]" in one_line_error(capsys, path, "--set", "sweep.zip[5].batch=[1]")
+    err = one_line_error(capsys, path, "--set", "settings={seq_len: 256, seq_len: 512}")
+    assert "duplicate key 'seq_len'" in err, err
 
 
 def test_executor_and_cluster_errors(tmp_path: Path, capsys) -> None:

@@ -138,6 +138,35 @@ def test_a_point_left_running_by_a_killed_sweep_reruns(points: list[Point], tmp_
     assert store.status(points[0].run_id)["attempt"] == 2
 
 
+def _start_and_exit(root: str, run_id: str) -> None:
+    Store(root).start(run_id)  # then gone without a final word, as a SIGKILLed sweep
+    os._exit(0)
+
+
+def test_a_point_whose_owner_is_gone_reads_interrupted(points: list[Point], tmp_path: Path) -> None:
+    """The owner recorded at start (pid, host, process start time) decides: a dead process, or
+    a pid now naming a later process, is interrupted; another host's point is left running."""
+    store = Store(tmp_path / "store")
+    select(points, store, False)
+    child = mp.get_context("fork").Process(target=_start_and_exit, args=(str(store.root), points[0].run_id))
+    child.start()
+    child.join(timeout=30)
+    store.start(points[1].run_id)  # this process: alive
+    store.start(points[2].run_id)
+    store.update(points[2].run_id, lambda s: {**s, "pid_start": s["pid_start"] + 1})  # a recycled pid
+    store.start(points[3].run_id)
+    store.update(points[3].run_id, lambda s: {**s, "host": "elsewhere-node"})
+    assert read_json(store.run_dir(points[0].run_id) / "status.json")["status"] == "running"  # on disk
+    table = status_table(store.root)
+    assert list(table["status"]) == ["interrupted", "running", "interrupted", "running"]
+    assert f"pid {child.pid} on" in table.loc[0, "error"] and "is gone" in table.loc[0, "error"]
+    assert table.loc[1, "error"] == "" and "running on elsewhere-node" in table.loc[3, "error"]
+    notes: list[str] = []
+    todo = select(points, store, False, notes)  # run: says so, and runs them again
+    assert {p.run_id for p in todo} >= {points[0].run_id, points[2].run_id}
+    assert len(notes) == 2 and all("interrupted (pid" in n and "it runs again" in n for n in notes), notes
+
+
 def test_load_gives_one_row_per_point_with_status_rows(points: list[Point], tmp_path: Path) -> None:
     store = Store(tmp_path / "results" / "store")
     sweep(points[:3], store, Fake({1: "failed"}))
@@ -298,3 +327,31 @@ def test_status_and_report_name_a_damaged_file_and_exit_2(
     assert main(["report", str(store.root), "--out", str(tmp_path / "report")]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: not a point" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_damage_notices_go_to_stderr_and_degrees_stay_whole_numbers(tmp_path: Path, capsys) -> None:
+    """A resumed sweep says on stderr (not in the table a pipe reads) what it moved aside; the
+    status table of a store with a corrupt row prints degrees as 2, not 2.0."""
+    from tspbench.cli.main import main
+
+    path = tmp_path / "store.yaml"
+    path.write_text(yaml.safe_dump({**EXPERIMENT, "executor": "predict", "hardware": "mi300x"}))
+    assert main(["run", str(path), "--results", str(tmp_path / "results")]) == 0
+    root = tmp_path / "results" / "store"
+    bad = root / load(root)["run_id"][1] / "status.json"
+    bad.write_text("{torn")
+    capsys.readouterr()
+    assert main(["status", str(root)]) == 2
+    out = capsys.readouterr().out
+    header, *rows = out.splitlines()[:5]
+    dp, tp = header.split().index("dp"), header.split().index("tp")
+    assert [(r.split()[dp], r.split()[tp]) for r in rows] == [
+        ("2", "1"),
+        ("2", "1"),
+        ("1", "2"),
+        ("<NA>", "<NA>"),
+    ]
+    assert main(["run", str(path), "--results", str(tmp_path / "results")]) == 0
+    out, err = capsys.readouterr()
+    assert f"{bad}: not valid JSON" in err and "moved to corrupt-" in err, err
+    assert "moved to corrupt-" not in out, out

@@ -9,6 +9,7 @@ Run: ``pytest -m slurm tests/test_slurm_local.py -v -s`` (``-s`` shows the measu
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -86,8 +87,28 @@ def _wait_state(job: submitit.Job, prefix: str, timeout: float) -> str:
     pytest.fail(f"job {job.job_id} state {state!r}, expected {prefix}* within {timeout} s")
 
 
+def test_node_names_go_into_the_hosts_file_once_and_leave_it_unchanged(tmp_path: Path) -> None:
+    """No cluster needed: the lines start() and stop() add and remove, on a copy of a hosts file."""
+    hosts = tmp_path / "hosts"
+    original = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n"
+    hosts.write_text(original)
+    slurm_local.add_host_names(["n1", "n2"], Path("/tmp/other"), hosts)  # another cluster's
+    with_other = hosts.read_text()
+    for _ in range(2):  # a restart replaces its line, never adds a second
+        slurm_local.add_host_names(["n1", "n2"], Path("/tmp/ours"), hosts)
+    lines = hosts.read_text().splitlines()
+    assert lines[:2] == original.splitlines()
+    assert sum(ln.startswith("127.0.0.1 n1 n2 ") for ln in lines) == 2  # ours and the other one
+    slurm_local.remove_host_names(Path("/tmp/ours"), hosts)
+    assert hosts.read_text() == with_other
+    slurm_local.remove_host_names(Path("/tmp/other"), hosts)
+    assert hosts.read_text() == original
+
+
 def test_nodes_idle_and_clients_use_env(cluster: LocalSlurmCluster) -> None:
     assert cluster.node_states() == {"n1": "idle", "n2": "idle"}
+    # a job's ranks meet at its first node by name (MASTER_ADDR): the fake names resolve
+    assert [socket.gethostbyname(n) for n in cluster.node_names] == ["127.0.0.1", "127.0.0.1"]
     # A plain client with only os.environ (as updated by the fixture) reaches the cluster.
     out = subprocess.run(
         ["sinfo", "-h", "-o", "%P %D %c"], capture_output=True, text=True, timeout=30, check=True
@@ -156,3 +177,4 @@ def test_stop_with_running_job_leaves_nothing(cluster: LocalSlurmCluster) -> Non
     assert _pgrep_cluster(cluster) == []
     assert cluster.processes() == []
     assert list(cluster.root.glob("run/*.pid")) == []
+    assert str(cluster.root) not in cluster.hosts_file.read_text()  # its node names are gone too

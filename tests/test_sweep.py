@@ -123,12 +123,18 @@ def test_killed_sweep_resumes_without_redoing_completed_points(tmp_path: Path, e
     before = load(root)
     completed = before[before["status"] == "completed"]
     assert 1 <= len(completed) < 3, list(before["status"])
-    assert "running" in set(before["status"])  # all a killed sweep leaves: a point without a final word
+    # all a killed sweep leaves is a point stored as running; its owner is gone: interrupted
+    assert list(before["status"]).count("interrupted") == 1, list(before["status"])
+    assert "running" not in set(before["status"])
+    shown = tspbench(env, "status", str(root))
+    assert shown.returncode == 0 and "1 interrupted" in shown.stdout, shown.stdout + shown.stderr
+    assert f"pid {proc.pid} on" in shown.stdout, shown.stdout  # the killed sweep owned it
     kept = {rid: (root / rid / "result.json").read_bytes() for rid in completed["run_id"]}
 
     done = tspbench(env, "run", str(path), "--results", str(results))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(kept)} already done" in done.stdout
+    assert f"interrupted (pid {proc.pid} on" in done.stderr and "it runs again" in done.stderr, done.stderr
     after = load(root).set_index("run_id")
     assert list(after["status"]) == ["completed"] * 3
     for rid, data in kept.items():
@@ -142,6 +148,16 @@ def test_killed_sweep_resumes_without_redoing_completed_points(tmp_path: Path, e
 
 SACCT = "100_0|COMPLETED\n100_[1-2%2]|PENDING\n101|CANCELLED by 0\n102|OUT_OF_MEMORY\n103|TIMEOUT\n"
 SQUEUE = "100_1 RUNNING None\n100_2 PENDING Resources\n104 PENDING PartitionNodeLimit\n"
+
+
+def test_a_rendezvous_name_that_does_not_resolve_fails_naming_it() -> None:
+    """No loopback fallback: on a real cluster it would leave each node's ranks waiting for
+    the others at their own host until the timeout."""
+    with pytest.raises(
+        slurm_job.RendezvousError, match=r"MASTER_ADDR 'no-such-node\.invalid' .* does not resolve"
+    ):
+        slurm_job.master_address("no-such-node.invalid")  # .invalid never resolves (RFC 6761)
+    assert slurm_job.master_address("localhost").startswith("127.")
 
 
 def test_job_states_from_sacct_and_squeue(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,12 +11,19 @@ log and state under one folder, and no systemd or cgroups. Clients find it throu
         ...  # sbatch / srun / submitit
 
 By hand, from the repository root: ``python -m tools.slurm_local up|status|down ROOT``.
+
+Name resolution: a job's ranks meet at its first node by name (submitit's MASTER_ADDR), and the
+fake node names (n1, n2, ...) exist nowhere else, so ``start`` adds them to /etc/hosts as
+127.0.0.1 (one line tagged with the cluster's root, replaced on a restart) and ``stop`` removes
+that line. tspbench's jobs never guess an address for a name that does not resolve: on a real
+cluster that would turn a DNS fault into ranks waiting for each other forever.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -45,6 +52,8 @@ _UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the trailing NUL
 START_TIMEOUT_S = 60.0
 CANCEL_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+HOSTS_FILE = Path("/etc/hosts")
+_HOSTS_TAG = "# tspbench slurm_local"
 # Small InnoDB files: a test database needs ~30 MB on disk instead of ~110 MB.
 _MARIADB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
 
@@ -136,6 +145,33 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def add_host_names(names: Sequence[str], root: Path, hosts: Path = HOSTS_FILE) -> None:
+    """Make ``names`` resolve to 127.0.0.1: one line in ``hosts`` tagged with the cluster's
+    root (a restart replaces it, never adds a second; clusters under other roots keep theirs)."""
+    tag = f"{_HOSTS_TAG} {root}"
+    line = f"127.0.0.1 {' '.join(names)} {tag}"
+    _edit_hosts(hosts, lambda lines: [*(ln for ln in lines if not ln.endswith(tag)), line])
+
+
+def remove_host_names(root: Path, hosts: Path = HOSTS_FILE) -> None:
+    """Remove the line ``add_host_names`` wrote for ``root`` (nothing else is touched)."""
+    tag = f"{_HOSTS_TAG} {root}"
+    _edit_hosts(hosts, lambda lines: [ln for ln in lines if not ln.endswith(tag)])
+
+
+def _edit_hosts(hosts: Path, change: Callable[[list[str]], list[str]]) -> None:
+    """Rewrite ``hosts`` in place under an exclusive flock (several clusters may start at once).
+    In place, not renamed over: in containers /etc/hosts is often a bind mount."""
+    with hosts.open("r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lines = f.read().splitlines()
+        new = change(lines)
+        if new != lines:
+            f.seek(0)
+            f.write("".join(f"{ln}\n" for ln in new))
+            f.truncate()
+
+
 def pid_alive(pid: int) -> bool:
     """True if the process runs; a zombie counts as gone (some container inits never reap)."""
     try:
@@ -180,7 +216,8 @@ def _port_open(port: int) -> bool:
 class LocalSlurmCluster:
     """A Slurm cluster with ``nodes`` fake nodes on this host, kept entirely under ``root``.
 
-    Nodes are ``n1..nN``, all with NodeAddr 127.0.0.1 and their own slurmd port; each advertises
+    Nodes are ``n1..nN``, all with NodeAddr 127.0.0.1 and their own slurmd port, and their names
+    resolve to 127.0.0.1 through ``hosts_file`` while the cluster is up; each advertises
     ``cpus_per_node`` CPUs whatever the real core count (``SlurmdParameters=config_overrides``),
     so multi-node, multi-task jobs fit on a 2-core machine. With ``accounting`` a private
     MariaDB + slurmdbd record jobs, so ``sacct`` (and submitit) see real job states; without
@@ -196,6 +233,7 @@ class LocalSlurmCluster:
         nodes: int = 2,
         cpus_per_node: int = 8,
         accounting: bool = True,
+        hosts_file: Path = HOSTS_FILE,
     ) -> None:
         if nodes < 1 or cpus_per_node < 1:
             raise ValueError("nodes and cpus_per_node must be >= 1")
@@ -203,6 +241,7 @@ class LocalSlurmCluster:
         self.nodes = nodes
         self.cpus_per_node = cpus_per_node
         self.accounting = accounting
+        self.hosts_file = hosts_file
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
 
@@ -255,6 +294,7 @@ class LocalSlurmCluster:
         self._stop_daemons()  # leftovers of a crashed run under the same root
         deadline = time.monotonic() + timeout
         try:
+            add_host_names(self.node_names, self.root, self.hosts_file)  # MASTER_ADDR is n1
             self._prepare()
             self._start_munge(deadline)
             if self.accounting:
@@ -264,6 +304,7 @@ class LocalSlurmCluster:
             failed = exc.daemon if isinstance(exc, SlurmClusterError) else None
             report = self._diagnostics(failed)
             self._stop_daemons()
+            remove_host_names(self.root, self.hosts_file)
             if isinstance(exc, SlurmClusterError):
                 where = f"logs under {self.root / 'log'}"
                 raise SlurmClusterError(f"{exc} ({where})\n{report}", failed) from exc
@@ -278,6 +319,7 @@ class LocalSlurmCluster:
         if self._running("slurmctld"):
             self._cancel_all_jobs()
         self._stop_daemons()
+        remove_host_names(self.root, self.hosts_file)
 
     def run(
         self, cmd: Sequence[str] | str, check: bool = True, timeout: float = 30.0
@@ -415,7 +457,7 @@ class LocalSlurmCluster:
         ]
 
     def _node_lines(self, host: str, mem_mb: int) -> list[str]:
-        """One line per node: names like n1 do not resolve, so NodeAddr is 127.0.0.1."""
+        """One line per node, each at NodeAddr 127.0.0.1 (every node is this host)."""
         return [
             f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={self.ports[n]} "
             f"CPUs={self.cpus_per_node} RealMemory={mem_mb} State=UNKNOWN"
@@ -666,8 +708,8 @@ def _smoke_allreduce() -> tuple[int, int, float]:
     """One rank of a Slurm job: gloo init from submitit's env, all_reduce(rank + 1).
 
     Returns (rank, world_size, sum), where the sum is world_size * (world_size + 1) / 2.
-    Node names like n1 do not resolve on a fake cluster, so the rendezvous falls back to
-    127.0.0.1 (all fake nodes are this host).
+    The rendezvous is at the first node by name (n1): the cluster made it resolve to 127.0.0.1
+    (all fake nodes are this host), so a name that does not resolve fails here at once.
     """
     from datetime import timedelta
 
@@ -677,11 +719,8 @@ def _smoke_allreduce() -> tuple[int, int, float]:
 
     denv = submitit.helpers.TorchDistributedEnvironment()
     denv.export(set_cuda_visible_devices=False, overwrite=True)
-    try:
-        socket.gethostbyname(os.environ["MASTER_ADDR"])
-    except OSError:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    socket.gethostbyname(os.environ["MASTER_ADDR"])  # raises if the name does not resolve
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every fake node is this host
     torch.set_num_threads(1)
     timeout = timedelta(seconds=60)
     dist.init_process_group("gloo", rank=denv.rank, world_size=denv.world_size, timeout=timeout)

@@ -22,9 +22,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tspbench.core.errors import HardwareError
+from tspbench.core.yamlfile import read_yaml
 
 SHIPPED = Path(__file__).parent / "profiles"
 # Passes of element-wise traffic a step makes (tspbench.analytic.timing): over the activations a
@@ -182,10 +181,7 @@ def find_profile(name_or_path: str) -> Path:
 def load_hardware(name_or_path: str) -> Hardware:
     """A profile by name or path; one line naming the file and key when it is malformed."""
     path = find_profile(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise HardwareError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    data = read_yaml(path, HardwareError) or {}
     if not isinstance(data, dict):
         raise HardwareError(f"{path}: expected a mapping of profile keys")
     try:

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import yaml
 
+from tspbench.analytic.decode import DecodePrediction, predict_decode
 from tspbench.analytic.hardware import Hardware, available_hardware, load_hardware
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
 from tspbench.core.errors import UsageError
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
-from tspbench.core.spec import PRESETS, ModelConfig, Workload
+from tspbench.core.records import point_record
+from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
 from tspbench.measure.calibrate import calibrate
 
 GIB = 2**30
@@ -87,12 +89,51 @@ def _hardware(args: argparse.Namespace) -> Hardware:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
+    if workload.mode == "decode":
+        return predict_decode_point(layout, workload, _hardware(args), args.json)
     prediction = predict(layout, replace(workload, device="cuda"), _hardware(args))
     if args.json:
         print(json.dumps(prediction.to_json(), indent=2))
     else:
         print_prediction(prediction)
     return 0
+
+
+def predict_decode_point(layout: Layout, workload: Workload, hw: Hardware, as_json: bool) -> int:
+    """``predict --mode decode``: the decode model (as ``plan-decode`` ranks it and the predict
+    executor records it), since a decode step is not a training or prefill step."""
+    w = replace(workload, device="cuda")  # as predict: the model is of the profile's device
+    p = predict_decode(layout, w.model, w.batch, w.seq_len, w.decode_tokens, w.dtype, hw)
+    if as_json:
+        print(json.dumps({**point_record(layout, w, "predicted"), **p.record()}, indent=2))
+    else:
+        print_decode_prediction(p, w)
+    return 0
+
+
+def print_decode_prediction(p: DecodePrediction, w: Workload) -> None:
+    hw, world = p.hardware, p.layout.world_size
+    nodes = math.ceil(world / hw.gpus_per_node)
+    print(
+        f"{p.layout.describe()}  {w.model.name}  context {w.seq_len}  batch {w.batch}  decode "
+        f"{w.decode_tokens} tokens  {w.dtype}  on {hw.name} ({world} GPUs, {nodes} nodes), projected"
+    )
+    ms = 1e3
+    print(
+        f"TTFT {p.ttft_s * ms:.2f} ms   TPOT p50 {p.tpot_s() * ms:.3f}  p90 {p.tpot_s(90) * ms:.3f}  "
+        f"p99 {p.tpot_s(99) * ms:.3f} ms   {p.tokens_per_s:,.0f} tokens/s "
+        f"({p.tokens_per_s / world:,.0f} per GPU)"
+    )
+    fit = "fits" if p.fits else "DOES NOT FIT"
+    print(
+        f"memory per GPU: peak {_gib(p.peak_bytes).strip()} (KV cache {_gib(p.kv_cache_bytes).strip()}) "
+        f"of {hw.usable_bytes / GIB:.1f} GiB usable -> {fit}"
+    )
+    comm = p.comm_bytes_per_step()
+    cells = ", ".join(f"{op} {b / 2**20:.3f} MiB" for op, b in sorted(comm.items())) or "none"
+    print(f"communication per GPU per decode step (bus bytes): {cells}")
+    if p.break_even:
+        print(f"weight traffic hidden behind the GEMMs from batch {p.break_even['batch']:,} per replica")
 
 
 def _gib(n: float) -> str:
@@ -132,6 +173,14 @@ def print_prediction(p: Prediction) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.mode == "decode":
+        raise UsageError(
+            "--mode decode: plan ranks training and prefill steps; for decode use `tspbench plan-decode "
+            "--gpus N --seq-len S --decode-tokens T` (it ranks layouts by time per output token)"
+        )
+    problem = recompute_problem(args.recompute, (args.mode,))
+    if problem:
+        raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
     hw = _hardware(args)
     workload = Workload(
         ModelConfig.preset(args.model),

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import tempfile
 from pathlib import Path
 
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, RECOMPUTE_MODES
-from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload
+from tspbench.core.spec import PRESETS, SEED_RANGE, Layout, ModelConfig, Workload, recompute_problem
 from tspbench.core.units import parse_bytes
 from tspbench.strategy import available, check_layout
 
 
 def byte_size(text: str) -> int:
     """'512MiB', '2GB', '1e9' -> bytes, more than zero (an argparse type)."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r} (a size cannot be negative)")
     try:
         value = parse_bytes(text)
     except ValueError as exc:
@@ -40,6 +44,21 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _integer(text, 0)
+
+
+def seed(text: str) -> int:
+    """An integer torch's generators accept as a seed (an argparse type): checked here, not
+    inside the ranks after they have started."""
+    low, high = SEED_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"must be in [{low}, {high}] (what torch's generators take), got {value}"
+        )
+    return value
 
 
 def positive_seconds(text: str) -> float:
@@ -69,19 +88,33 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
         type=positive_int,
         help="--mode decode: greedy steps after the prefill of --seq-len context tokens (>= 1)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
 
 
-def layout_and_workload(args: argparse.Namespace, mode: str, dtype: str) -> tuple[Layout, Workload]:
+def check_modes(args: argparse.Namespace, modes: tuple[str, ...]) -> None:
+    """The flags that only some modes use, against the ``modes`` that ``--mode`` runs."""
+    decode_tokens = getattr(args, "decode_tokens", None)
+    if "decode" in modes and decode_tokens is None:
+        raise UsageError("--mode decode needs --decode-tokens N (N >= 1 greedy steps after the prefill)")
+    if "decode" not in modes and decode_tokens is not None:
+        runs = f" (it runs {' and '.join(modes)})" if len(modes) > 1 else ""
+        raise UsageError(f"--decode-tokens is for --mode decode only, not --mode {args.mode}{runs}")
+    problem = recompute_problem(args.recompute, modes)
+    if problem:
+        raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
+
+
+def layout_and_workload(
+    args: argparse.Namespace, mode: str, dtype: str, modes: tuple[str, ...] | None = None
+) -> tuple[Layout, Workload]:
+    """The layout and workload the flags describe, checked; ``mode`` is the workload's, ``modes``
+    all that the command runs (default: ``mode`` alone)."""
+    check_modes(args, modes or (mode,))
     overrides = {"vocab_size": args.vocab_size} if args.vocab_size else {}
     config = ModelConfig.preset(args.model, **overrides)
     layout = Layout(args.strategy, **{axis: getattr(args, axis) for axis in AXES})
     device = getattr(args, "device", "cpu")
     decode_tokens = getattr(args, "decode_tokens", None)
-    if mode == "decode" and decode_tokens is None:
-        raise UsageError("--mode decode needs --decode-tokens N (N >= 1 greedy steps after the prefill)")
-    if mode != "decode" and decode_tokens is not None:
-        raise UsageError(f"--decode-tokens is for --mode decode only (mode is {mode!r})")
     workload = Workload(
         config,
         args.batch,
@@ -106,15 +139,31 @@ def add_common_run_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def output_path(path: Path, flag: str, folder: bool) -> Path:
-    """``path`` if it can be written as a folder (or a file): no file where a folder must be, and
-    no folder where the file goes. Checked before any work starts."""
+def output_path(path: Path, flag: str, folder: bool, writable: bool = True) -> Path:
+    """``path`` if it can be written as a folder (or a file): no file where a folder must be, no
+    folder where the file goes, and (``writable``) the nearest existing folder takes new files.
+    Checked before any work starts, so minutes of measuring never end in a failed write."""
     want, found = ("folder", "file") if folder else ("file", "folder")
     if path.exists() and path.is_dir() != folder:
         raise UsageError(f"{flag} {path}: is a {found}, expected a {want}")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
-            break
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    if not existing.is_dir() and existing != path:
+        raise UsageError(f"{flag} {path}: {existing} is a file, not a folder")
+    if writable:
+        _check_writable(path, existing, flag)
     return path
+
+
+def _check_writable(path: Path, existing: Path, flag: str) -> None:
+    """Try it: create (and remove) a file there, or open the existing output file for writing.
+    Permission bits alone do not tell (root ignores them; /proc and read-only mounts refuse)."""
+    try:
+        if existing.is_dir():
+            fd, probe = tempfile.mkstemp(dir=existing, prefix=".tspbench-write-check-")
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.close(os.open(existing, os.O_WRONLY | os.O_APPEND))
+    except OSError as exc:
+        where = "" if existing == path else f" ({existing} does not take new files)"
+        raise UsageError(f"{flag} {path}: cannot be written{where}: {exc.strerror or exc}") from None

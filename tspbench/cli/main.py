@@ -45,13 +45,58 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(attach_dash_values(parser, argv))
     try:
         with output_may_close():
             return args.func(args)
     except (UsageError, FileNotFoundError) as exc:
-        print(f"tspbench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"tspbench {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _one_line(exc: Exception) -> str:
+    """'/proc/x: No such file or directory', not "[Errno 2] No such file or directory: '/proc/x'"."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def attach_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--capacity -1GiB`` as ``--capacity=-1GiB``. argparse reads a value that starts with '-'
+    (and is not a plain negative number) as another flag and says only "expected one
+    argument"; joined, the value reaches the flag's own check, whose error names the flag and
+    what is wrong. A value that is itself a known flag is left alone."""
+    takes_value, known = _long_options(parser)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
+        if arg == "--":
+            return out + argv[i:]
+        if arg in takes_value and value and value.startswith("-") and value.split("=")[0] not in known:
+            out.append(f"{arg}={value}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _long_options(parser: argparse.ArgumentParser) -> tuple[set[str], set[str]]:
+    """(long flags that take one value, every flag), over the parser and its subcommands."""
+    takes_value: set[str] = set()
+    known: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                values, flags = _long_options(sub)
+                takes_value |= values
+                known |= flags
+        known.update(action.option_strings)
+        if action.nargs is None:
+            takes_value.update(o for o in action.option_strings if o.startswith("--"))
+    return takes_value, known
 
 
 class _DropWhenClosed:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from tspbench.cli.args import (
@@ -13,6 +12,7 @@ from tspbench.cli.args import (
     byte_size,
     layout_and_workload,
     non_negative_int,
+    output_path,
     positive_int,
 )
 from tspbench.core.errors import UsageError
@@ -79,7 +79,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from tspbench.measure.validate import validate
 
     modes = ("train", "infer") if args.mode == "both" else (args.mode,)
-    layout, workload = layout_and_workload(args, modes[0], args.dtype)
+    layout, workload = layout_and_workload(args, modes[0], args.dtype, modes)
     result = validate(layout, workload, modes, timeout=args.timeout)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -242,13 +242,15 @@ def print_decode(r: dict) -> None:
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:
+    """Every bad input is a UsageError (one ``tspbench gpu-check: error:`` line, exit 2), found
+    before the minutes of calibration and measuring start."""
     import torch
 
     from tspbench.measure.gpu_check import run
 
+    output_path(args.out, "--out", folder=True)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu-check: no CUDA device here; use --device cpu --quick for a smoke run", file=sys.stderr)
-        return 2
+        raise UsageError("--device cuda: no CUDA device here; use --device cpu --quick for a smoke run")
     report = run(args.device, args.quick, args.out)
     print(json.dumps({k: report[k] for k in ("offset_attention_rel_err", "seconds", "path")}, indent=2))
     for p in report["strategies"]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tspbench.cli.args import output_path
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="summary tables and figures from stored results")
@@ -16,7 +18,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from tspbench.report.build import report  # matplotlib: only when a report is drawn
 
-    outputs = report(Path(args.results_dir), Path(args.out) if args.out else None)
+    out = output_path(Path(args.out), "--out", folder=True) if args.out else None
+    outputs = report(Path(args.results_dir), out)
     for out in outputs.experiments or [outputs]:
         made = ", ".join(out.figures) or "none"
         print(f"{out.out_dir}: {len(out.tables)} tables; figures: {made}")

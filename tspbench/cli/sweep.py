@@ -15,14 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from tspbench.cli.args import output_path
-from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, OK_STATUSES
 from tspbench.core.units import degrees_text
 from tspbench.sweep.damage import RunFiles
 from tspbench.sweep.experiment import EXECUTORS
 from tspbench.sweep.points import Point
 from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
-from tspbench.sweep.store import Store, status_table, write_tables
+from tspbench.sweep.store import Store, results_folder, status_table, write_tables
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +42,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    results = output_path(Path(args.results), "--results", folder=True)
+    results = output_path(Path(args.results), "--results", folder=True, writable=not args.dry_run)
     sweep = prepare_sweep(args.experiment, args.set or [], args.executor, args.cluster)
     store = Store(results / sweep.experiment.name)
     if args.dry_run:
@@ -147,9 +146,7 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
 def cmd_status(args: argparse.Namespace) -> int:
     """The table of every stored point; damaged folders listed too, each bad file named on stderr
     (exit 2: the store needs attention)."""
-    path = Path(args.results_dir)
-    if not path.is_dir():
-        raise UsageError(f"{path}: no such results folder")
+    path = results_folder(args.results_dir)
     damaged: list[RunFiles] = []
     table = status_table(path, damaged)
     if table.empty:

@@ -17,3 +17,5 @@ CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "kv_cache",
 STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")
 FINAL_STATUSES = ("completed", "oom", "failed", "timeout", "cancelled")
 OK_STATUSES = ("completed", "oom")  # an OOM is a measurement, not an error
+# Shown, never stored: a point stored as running whose process is gone (tspbench.sweep.owner).
+INTERRUPTED = "interrupted"

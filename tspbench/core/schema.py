@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from tspbench.core.yamlfile import DuplicateKeyError, parse_yaml
+
 
 class SchemaError(ValueError):
     """A bad value at ``path`` (dotted key path); wrapped into ExperimentError with the file."""
@@ -25,13 +27,14 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
-    """One key of the schema: accepted types, default, allowed values or lower bound."""
+    """One key of the schema: accepted types, default, allowed values or bounds."""
 
     types: tuple[type, ...]
     default: Any = None
     choices: Callable[[], Sequence[str]] | Sequence[str] | None = None
     minimum: float | None = None
     nullable: bool = False
+    maximum: float | None = None
     required: bool = False
 
     def allowed(self) -> Sequence[str] | None:
@@ -57,8 +60,15 @@ def check_value(value: Any, spec: Field, path: str) -> Any:
     if allowed is not None and value not in allowed:
         raise SchemaError(path, f"{value!r} is not one of: {', '.join(map(str, allowed))}")
     if spec.minimum is not None and value < spec.minimum:
-        raise SchemaError(path, f"must be >= {spec.minimum:g}, got {value!r}")
+        raise SchemaError(path, f"must be >= {_bound(spec.minimum)}, got {value!r}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise SchemaError(path, f"must be <= {_bound(spec.maximum)}, got {value!r}")
     return value
+
+
+def _bound(limit: float) -> str:
+    """0, 1, 0.5 and 18446744073709551614 as written, not 1.84467e+19."""
+    return str(limit) if isinstance(limit, int) else f"{limit:g}"
 
 
 def _describe(spec: Field) -> str:
@@ -110,7 +120,9 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if not sep or not _KEY_PATH.fullmatch(key):
         raise SchemaError("", f"--set {item!r}: expected KEY.PATH=VALUE, e.g. settings.seq_len=1024")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = parse_yaml(text) if text.strip() else None
+    except DuplicateKeyError as exc:
+        raise SchemaError(key, f"--set {item!r}: {exc.problem}") from None
     except yaml.YAMLError:
         value = text
     steps = [name or int(index) for name, index in re.findall(r"([A-Za-z_]\w*)|\[(\d+)\]", key)]

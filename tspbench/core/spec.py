@@ -6,6 +6,7 @@ validated on construction, so a bad value is an error before any process starts.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from tspbench.core.errors import LayoutError, WorkloadError
@@ -129,6 +130,23 @@ class Layout:
         return asdict(self)
 
 
+# torch's generators take seeds in [-2**63, 2**64 - 1]; the token data is drawn with seed + 1
+# (tspbench.model.reference), so the top one is left out.
+SEED_RANGE = (-(2**63), 2**64 - 2)
+
+
+def recompute_problem(recompute: str, modes: Sequence[str]) -> str | None:
+    """Why ``recompute`` cannot apply to a run of ``modes``, or None. Recomputation re-runs
+    forward work inside the backward pass, so without training there is nothing it could
+    change: accepting it would label a record with a setting that did nothing."""
+    if recompute == "none" or "train" in modes:
+        return None
+    return (
+        f"recomputation applies to training only: mode {' and '.join(map(repr, modes))} has no "
+        "backward pass (use recompute none)"
+    )
+
+
 @dataclass(frozen=True)
 class Workload:
     """What a measured point runs, besides its layout. ``batch`` is the micro-batch per replica."""
@@ -158,6 +176,8 @@ class Workload:
         for key in ("batch", "seq_len"):
             if getattr(self, key) < 1:
                 raise WorkloadError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise WorkloadError(f"seed must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {self.seed}")
         self._check_decode()
 
     def _check_decode(self) -> None:

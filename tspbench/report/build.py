@@ -27,7 +27,7 @@ from tspbench.report import bars, decode, figures
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
-from tspbench.sweep.store import load, write_atomic
+from tspbench.sweep.store import load, results_folder, write_atomic
 
 
 @dataclass
@@ -52,9 +52,7 @@ def is_experiment(path: Path) -> bool:
 def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
     """Write tables, figures and report.md for an experiment folder, or for each experiment under
     a results root (into ``out_dir/<experiment>/``, with an index linking them)."""
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise FileNotFoundError(f"{results_dir}: no such results folder")
+    results_dir = results_folder(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
     if is_experiment(results_dir):
         return report_experiment(load(results_dir), out_dir)

@@ -59,6 +59,9 @@ class Strategy(Decoding):
     padded_shards: ClassVar[bool] = False  # FSDP: flat dim-0 shards, padded; sizes need not divide
     channels: ClassVar[int] = 1  # independent communicators per axis
     summary: ClassVar[str] = ""
+    # workload switches this strategy acts on ("megatron_sp", "overlap"); setting one it ignores
+    # is refused (tspbench.strategy.registry.check_layout): a record would claim what never ran
+    switches: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, layout: Layout, workload: Workload, mesh: Mesh, device: torch.device) -> None:
         self.layout, self.workload, self.mesh, self.device = layout, workload, mesh, device

@@ -12,7 +12,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Iterator
 
-from tspbench.core.errors import LayoutError
+from tspbench.core.errors import LayoutError, WorkloadError
 from tspbench.core.spec import Layout, Workload
 from tspbench.strategy.base import Strategy
 
@@ -57,11 +57,31 @@ def get_strategy(name: str) -> type[Strategy]:
     return _REGISTRY[name]
 
 
+# A switch set away from its default, and what it does (for the error that refuses it).
+SWITCHES = {
+    "megatron_sp": "megatron_sp (--megatron-sp) shards the residual stream over a tensor-parallel axis",
+    "overlap": "overlap: false (--no-overlap) makes TSP's weight transfers blocking",
+}
+
+
 def check_layout(layout: Layout, workload: Workload) -> type[Strategy]:
     """Validate a layout against a workload before anything is launched; returns the strategy."""
     cls = get_strategy(layout.strategy)
     cls.check(layout, workload)
+    check_switches(cls, workload)
     return cls
+
+
+def check_switches(cls: type[Strategy], workload: Workload) -> None:
+    """Refuse a switch the strategy ignores (``Strategy.switches``): ``--megatron-sp`` on sp would
+    run plain sp under a label that says otherwise."""
+    used = [
+        name for name, on in (("megatron_sp", workload.megatron_sp), ("overlap", not workload.overlap)) if on
+    ]
+    for switch in used:
+        if switch not in cls.switches:
+            takers = ", ".join(s.name for s in iter_strategies() if switch in s.switches)
+            raise WorkloadError(f"{SWITCHES[switch]}: it applies to {takers} only, not {cls.name!r}")
 
 
 def check_fake_world(layout: Layout, workload: Workload) -> None:

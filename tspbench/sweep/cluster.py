@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tspbench.core.errors import UsageError
 from tspbench.core.names import DEVICES
 from tspbench.core.schema import INT, NUM, STR, Field, SchemaError, check_mapping
+from tspbench.core.yamlfile import read_yaml
 from tspbench.sweep.points import Point
 
 PROFILE = {
@@ -95,8 +94,9 @@ def load_profile(name: str) -> Profile:
         path = next((d / f"{name}.yaml" for d in PROFILE_DIRS if (d / f"{name}.yaml").is_file()), Path(name))
     if not path.is_file():
         raise UsageError(f"cluster profile {name!r} not found; known: {', '.join(profile_names()) or 'none'}")
+    raw = read_yaml(path)
     try:
-        values = check_mapping(yaml.safe_load(path.read_text()), PROFILE, "")
+        values = check_mapping(raw, PROFILE, "")
         for key, value in (values["extra"] or {}).items():
             if not isinstance(value, (str, int, float, bool)):
                 raise SchemaError(f"extra.{key}", f"sbatch option values are scalars, got {value!r}")
@@ -104,6 +104,4 @@ def load_profile(name: str) -> Profile:
             raise SchemaError("setup", "expected a list of shell lines (strings)")
     except SchemaError as exc:
         raise UsageError(f"{path}: {exc}") from None
-    except Exception as exc:  # YAML syntax
-        raise UsageError(f"{path}: not a valid cluster profile: {str(exc).splitlines()[0]}") from None
     return Profile(path.stem, path, values)

@@ -29,8 +29,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tspbench.core.errors import ExperimentError
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.schema import (
@@ -46,8 +44,9 @@ from tspbench.core.schema import (
     join_path,
     unknown_key,
 )
-from tspbench.core.spec import PRESETS, ModelConfig
+from tspbench.core.spec import PRESETS, SEED_RANGE, ModelConfig
 from tspbench.core.units import parse_bytes
+from tspbench.core.yamlfile import read_yaml
 from tspbench.strategy import available
 
 EXECUTORS = ("local", "slurm", "predict", "fake")
@@ -64,7 +63,7 @@ SETTINGS = {
     "megatron_sp": Field(BOOL, False),
     "overlap": Field(BOOL, True),
     "decode_tokens": Field(INT, 0, minimum=0),  # mode decode: greedy steps after the prefill (>= 1)
-    "seed": Field(INT, 0),
+    "seed": Field(INT, 0, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),  # what torch generators take
     "capacity": Field((str, int), None, nullable=True),  # simulated device memory on CPU: "256MiB"
 }
 LAYOUT = {
@@ -150,17 +149,15 @@ def _located(path: Path, overrides: tuple[str, ...], exc: SchemaError) -> Experi
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.yaml"))
+        hint = f"the YAML files in it: {', '.join(inside)}" if inside else "it holds no .yaml files"
+        raise ExperimentError(f"{path}: is a folder, not an experiment file; {hint}")
     if not path.is_file():
         here = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
         hint = f" (found there: {', '.join(here)})" if here else ""
         raise ExperimentError(f"{path}: no such experiment file{hint}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ExperimentError(f"{path}: not valid YAML{where}: {problem}") from None
+    raw = read_yaml(path, ExperimentError)
     if not isinstance(raw, dict):
         raise ExperimentError(f"{path}: expected a mapping of {', '.join(TOP)} at the top level")
     return raw

@@ -9,8 +9,6 @@ at a time (``sweep_lock``): a second would rerun the first one's running point.
 
 from __future__ import annotations
 
-import os
-import socket
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,9 +21,10 @@ from tspbench.core.errors import UsageError
 from tspbench.core.units import excerpt
 from tspbench.measure.bench import bench
 from tspbench.measure.env import environment
+from tspbench.sweep.owner import GONE, owner_state, this_process
 from tspbench.sweep.points import Point
 from tspbench.sweep.progress import Progress
-from tspbench.sweep.store import Store, exclusive, now, pid_alive, read_json
+from tspbench.sweep.store import Store, exclusive, now, read_json
 
 Measure = Callable[[Point], dict[str, Any]]
 
@@ -54,15 +53,14 @@ def predictor(hardware: str) -> Measure:
 
 @contextmanager
 def sweep_lock(store: Store) -> Iterator[None]:
-    """One sweep per experiment folder at a time (a lock left by a killed sweep, whose pid is
-    gone, is taken over)."""
+    """One sweep per experiment folder at a time (a lock left by a killed sweep, whose process
+    is gone, is taken over)."""
     store.root.mkdir(parents=True, exist_ok=True)
     lock = store.root / ".sweep.lock"
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now()}
+    holder = {**this_process(), "since": now()}
 
     def abandoned() -> bool:
-        other = read_json(lock) or {}
-        return other.get("host") == socket.gethostname() and not pid_alive(other.get("pid", -1))
+        return owner_state(read_json(lock) or {}) == GONE
 
     if not exclusive(lock, holder, abandoned):
         raise UsageError(
@@ -87,7 +85,7 @@ def run_local(
     for point in points:
         rid = point.run_id
         store.queue(rid, executor=executor)
-        attempt = store.start(rid, host=socket.gethostname(), pid=os.getpid())
+        attempt = store.start(rid)  # records this process as the point's owner
         if env:
             store.write_env(rid, env)
         progress.update(1, point.label)

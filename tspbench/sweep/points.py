@@ -17,7 +17,7 @@ from typing import Any
 from tspbench.core.errors import LayoutError, WorkloadError
 from tspbench.core.records import point_record
 from tspbench.core.schema import SchemaError
-from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.core.spec import Layout, ModelConfig, Workload, recompute_problem
 from tspbench.core.units import degrees_text
 from tspbench.strategy import check_layout
 from tspbench.sweep.experiment import LAYOUT, Experiment, check_capacity, model_config
@@ -145,14 +145,15 @@ def expand(
         origin = tuple(path for path, _ in combo)
         choice = {k: v for _, values in combo for k, v in values.items()}
         config = _resolve(exp, choice, method, hardware)
-        reason = _invalid(config)
-        if reason is None:
+        invalid = _invalid(config)
+        if invalid is None:
             point = Point(run_id(config), exp.name, len(points), config, exp.run["timeout"], origin)
             points.append(point)
             valid_paths.update(origin)
         else:
+            reason, section = invalid
             skipped.append(Skipped(origin, describe(config), reason))
-            for path in origin or ("layout",):
+            for path in origin or (section,):
                 first_reason.setdefault(path, reason)
     never = [p for p in first_reason if p not in valid_paths]
     if never:
@@ -160,14 +161,22 @@ def expand(
     return points, skipped
 
 
-def _invalid(config: dict[str, Any]) -> str | None:
+def _invalid(config: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the point cannot run, and the section of the file to blame when no sweep value
+    made it (a workload problem is the settings', a layout problem the layout's); or None."""
     if config["layout"]["strategy"] is None:
-        return "no strategy: set layout.strategy or sweep a layout"
+        return "no strategy: set layout.strategy or sweep a layout", "layout"
+    workload = config["workload"]
+    problem = recompute_problem(workload["recompute"], (workload["mode"],))
+    if problem:
+        return f"recompute {workload['recompute']!r}: {problem}", "settings.recompute"
     try:
         point = Point("", "", 0, config, 0.0)
         check_layout(point.layout, point.workload)
-    except (LayoutError, WorkloadError) as exc:
-        return str(exc)
+    except WorkloadError as exc:
+        return str(exc), "settings"
+    except LayoutError as exc:
+        return str(exc), "layout"
     return None
 
 

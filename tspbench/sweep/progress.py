@@ -17,8 +17,11 @@ class Progress:
     status line is printed at most every ``quiet_s`` seconds while nothing finishes.
     """
 
-    def __init__(self, total: int, stream: TextIO | None = None, quiet_s: float = 30.0) -> None:
+    def __init__(
+        self, total: int, stream: TextIO | None = None, quiet_s: float = 30.0, errors: TextIO | None = None
+    ) -> None:
         self.total, self.stream = total, stream or sys.stdout
+        self.errors = errors or sys.stderr  # warnings: the reader of stdout may be a pipe
         self.tty = self.stream.isatty()
         self.start, self.quiet_s = time.monotonic(), quiet_s
         self.done = self.running = self.bad = 0
@@ -40,6 +43,15 @@ class Progress:
 
     def note(self, line: str) -> None:
         self._write(("\r\x1b[K" if self.tty else "") + line + "\n")
+        if self.tty:
+            self._write(self.line())
+
+    def warn(self, line: str) -> None:
+        """A line about something wrong (a damaged file moved aside), on the error stream."""
+        if self.tty:
+            self._write("\r\x1b[K")
+        self.errors.write(line + "\n")
+        self.errors.flush()
         if self.tty:
             self._write(self.line())
 

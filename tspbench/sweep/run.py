@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from tspbench.core.errors import LayoutError, UsageError
+from tspbench.core.names import INTERRUPTED
 from tspbench.measure.fake_cuda import preload_env
 from tspbench.strategy import check_fake_world
 from tspbench.sweep import fake, local, slurm
@@ -27,7 +28,7 @@ from tspbench.sweep.cluster import Profile, load_profile
 from tspbench.sweep.experiment import Experiment, load_experiment
 from tspbench.sweep.points import Point, Skipped, expand
 from tspbench.sweep.progress import Progress
-from tspbench.sweep.store import Store, write_json
+from tspbench.sweep.store import Store, shown_status, write_json
 
 
 @dataclass
@@ -125,7 +126,8 @@ def select(
     """Write every point's folder (point.json, pending) and return those that need a run.
 
     A damaged folder (a file that does not parse, or parses to the wrong shape) is not done:
-    its files are moved aside, never overwritten, the point runs again, and ``notes`` says so.
+    its files are moved aside, never overwritten, the point runs again, and ``notes`` says so;
+    so it does for a point left running by a process that is gone (interrupted).
     """
     notes = [] if notes is None else notes
     for point in points:
@@ -135,6 +137,10 @@ def select(
             notes += [
                 f"{problem}; moved to {aside.name}/ beside it, the point runs again" for problem in problems
             ]
+        status = store.status(point.run_id)
+        if status and shown_status(status)[0] == INTERRUPTED:
+            owner = f"pid {status.get('pid')} on {status.get('host')}"
+            notes.append(f"{point.label}: interrupted ({owner} is gone, no final status); it runs again")
         store.prepare(point.to_json())
     return [p for p in points if store.needs_run(p.run_id, retry_failed)]
 
@@ -166,7 +172,7 @@ def run_sweep(
         progress = progress or Progress(len(todo))
         progress.total = len(todo)
         for note in notes:
-            progress.note(note)
+            progress.warn(note)
         progress.note(
             f"{sweep.experiment.name}: {len(sweep.points)} points, {len(sweep.points) - len(todo)} already "
             f"done, {len(todo)} to run with the {sweep.executor} executor -> {store.root}"

@@ -1,8 +1,9 @@
 """Inside a Slurm job: one task per rank runs one point and records how it ended.
 
 Inside each task (``run_task``): submitit's ``TorchDistributedEnvironment`` gives rank, world
-and rendezvous (loopback when the master's host name does not resolve, as on the one-host test
-cluster), ``init_process_group`` (NCCL on GPUs, gloo otherwise) with the point's timeout, then
+and rendezvous (MASTER_ADDR: the job's first node, by name; a name that does not resolve fails
+the job at once, naming it, instead of every rank waiting at a guessed address until the
+timeout), ``init_process_group`` (NCCL on GPUs, gloo otherwise) with the point's timeout, then
 the same per-rank body as ``bench``. Rank 0 gathers every rank's measurement and writes the
 record.
 
@@ -34,6 +35,10 @@ from tspbench.measure.bench import completed_record, rank_bench
 from tspbench.measure.env import environment
 from tspbench.sweep.points import Point
 from tspbench.sweep.store import Store
+
+
+class RendezvousError(RuntimeError):
+    """The job's rendezvous host cannot be reached by name (a DNS or /etc/hosts fault)."""
 
 
 class PointTask(submitit.helpers.Checkpointable):
@@ -72,7 +77,7 @@ def run_task(task: PointTask) -> str:
     if store.state(rid) == "completed":
         return "completed"
     if rank == 0:
-        store.start(rid, host=socket.gethostname(), slurm_job_id=_job_id(), executor="slurm")
+        store.start(rid, slurm_job_id=_job_id(), executor="slurm")  # this task owns the point
     watchdog = _watchdog(task, point, rank)
     try:
         _init_process_group(denv, point.workload.device, point.timeout)
@@ -100,12 +105,21 @@ def _job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
-def _init_process_group(denv: Any, device: str, timeout: float) -> None:
+def master_address(name: str) -> str:
+    """The address of the rendezvous host ``name``. Falling back to loopback when the name does
+    not resolve would put each node's ranks at their own host, waiting for the others until
+    the timeout: a DNS fault must fail the job at once, and say which name."""
     try:
-        socket.gethostbyname(os.environ["MASTER_ADDR"])
-    except OSError:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"  # fake nodes of one host (n1, n2) do not resolve
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        return socket.gethostbyname(name)
+    except OSError as exc:
+        raise RendezvousError(
+            f"MASTER_ADDR {name!r} (the job's first node) does not resolve: {exc.strerror or exc}; "
+            "the nodes' names must resolve on every node (DNS or /etc/hosts)"
+        ) from None
+
+
+def _init_process_group(denv: Any, device: str, timeout: float) -> None:
+    master_address(os.environ["MASTER_ADDR"])
     if device == "cuda":
         torch.cuda.set_device(denv.local_rank)
         backend = "nccl"

@@ -8,7 +8,8 @@
             point.json    the resolved point (what ran; its hash is the run id)
             env.json      the environment record of the attempt that ran it
             status.json   pending|running|completed|oom|failed|timeout|cancelled, timestamps,
-                          attempt count, error excerpt, executor details (Slurm job id, host)
+                          attempt count, error excerpt, executor details (Slurm job id), and
+                          the running attempt's owner: pid, host, process start time
             result.json   the flat record (bench's schema), once the point has finished
             logs/         full error text per attempt and rank, copies of Slurm task logs
             .lock         the empty file every status change flocks (``locked``)
@@ -21,6 +22,8 @@ processes may write one run folder (the ranks of a Slurm job, the sweep that wat
 status change is a read-modify-write under an exclusive ``flock`` (``locked``), and the rules below make
 the first final word stick. Status moves: pending -> running -> a final status; ``queue`` moves
 any non-completed status back to pending (a rerun). A completed point is never touched again.
+A point stored as running whose owner on this host is gone (a SIGKILLed sweep) reads
+``interrupted`` in status and the tables (``shown_status``); that is never stored.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import fcntl
 import io
 import json
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -39,9 +43,11 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.core.names import AXES, FINAL_STATUSES
+from tspbench.core.errors import UsageError
+from tspbench.core.names import AXES, FINAL_STATUSES, INTERRUPTED
 from tspbench.core.units import excerpt
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
+from tspbench.sweep.owner import ELSEWHERE, GONE, owner_state, this_process
 
 LOCK_TIMEOUT_S = 30.0
 TABLES = ("records.csv", "records.parquet")
@@ -104,16 +110,6 @@ def exclusive(path: Path, content: Any, abandoned: Callable[[], bool]) -> bool:
             f.write(json.dumps(content) + "\n")
         return True
     return False
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, ValueError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
@@ -202,7 +198,9 @@ class Store:
         return self.update(run_id, change)
 
     def start(self, run_id: str, **info: Any) -> int | None:
-        """pending -> running, attempt + 1; the new attempt, or None if not pending."""
+        """pending -> running, attempt + 1; the new attempt, or None if not pending. The calling
+        process is recorded as the point's owner (tspbench.sweep.owner), so a point whose
+        owner died without a final word reads as interrupted, not as running forever."""
         attempt: list[int] = []
 
         def change(s: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -211,6 +209,7 @@ class Store:
             attempt.append(s.get("attempt", 0) + 1)
             return {
                 **s,
+                **this_process(),
                 **info,
                 "status": "running",
                 "attempt": attempt[0],
@@ -270,6 +269,18 @@ def _experiment_dirs(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and holds_runs(p))
 
 
+def results_folder(path: str | Path) -> Path:
+    """``path`` if it is a folder; else UsageError saying what it is instead."""
+    path = Path(path)
+    if path.is_file():
+        raise UsageError(
+            f"{path}: is a file, not a results folder (give results/<experiment> or a results root)"
+        )
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such results folder")
+    return path
+
+
 def point_row(point: dict[str, Any]) -> dict[str, Any]:
     """A point's identifying fields, flat: run id, layout, workload, model name and shape."""
     config = point["config"]
@@ -290,17 +301,36 @@ def point_row(point: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def shown_status(status: dict[str, Any]) -> tuple[str, str | None]:
+    """(status, error) as status and the tables show them: a running point whose owner on this
+    host is gone is ``interrupted`` (it never got a final word; ``run`` runs it again), and one
+    running on another host says where."""
+    state, error = status["status"], status.get("error")
+    if state != "running":
+        return state, error
+    owner, pid, host = owner_state(status), status.get("pid"), status.get("host")
+    if owner == GONE:
+        return (
+            INTERRUPTED,
+            f"interrupted: its process (pid {pid} on {host}) is gone; `tspbench run` runs it again",
+        )
+    if owner == ELSEWHERE and not error:
+        return state, f"running on {host} (pid {pid}): not checked from {socket.gethostname()}"
+    return state, error
+
+
 def _row(files: RunFiles) -> dict[str, Any]:
     status = files.status or {"status": "pending", "attempt": 0}
     result = files.result or {}
     if result.get("status") != status["status"]:  # an older attempt's record, not this outcome
         result = {}
+    state, error = shown_status(status)
     return {
         **point_row(files.point or {}),
         **result,
-        "status": status["status"],
+        "status": state,
         "attempt": status.get("attempt", 0),
-        "error": status.get("error"),
+        "error": error,
         "started": status.get("started"),
         "finished": status.get("finished"),
         "slurm_job_id": status.get("slurm_job_id"),
@@ -315,9 +345,7 @@ def load(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFram
     A damaged run folder raises DamagedResults naming it, unless ``damaged`` is given: then it
     is appended there and left out of the frame.
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such results folder")
+    path = results_folder(path)
     rows, bad = [], []
     for exp in _experiment_dirs(path):
         for run in sorted(p for p in exp.iterdir() if p.is_dir()):
@@ -366,6 +394,9 @@ def status_table(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.
         return frame
     columns = [c for c in ("experiment", *STATUS_COLUMNS) if c in frame]
     table = frame[columns].copy()
+    for col in (*AXES, "world_size", "seq_len", "batch"):
+        if col in table:  # a corrupt row has none: whole numbers still print as 2, not 2.0
+            table[col] = table[col].astype("Int64")
     table["status"] = frame["status"]
     table["attempt"] = frame["attempt"]
     if "step_time_s" in frame:

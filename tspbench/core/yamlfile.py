@@ -1,0 +1,74 @@
+"""Reading YAML the one strict way every input file is read (experiments, hardware and cluster
+profiles, and the values of ``--set``).
+
+Plain ``yaml.safe_load`` keeps the last of two equal keys of a mapping without a word, so a
+file with ``seq_len`` twice runs with whichever came last; and a byte that is not UTF-8 ends in
+a UnicodeDecodeError traceback. Here both are one-line errors that name the file and the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tspbench.core.errors import UsageError
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that names one key twice (YAML requires keys to be unique)."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (``<<`` merges may still be
+    overridden: that is what they are for)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = first_line.get(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error says so below
+                continue
+            if seen is not None:
+                problem = f"duplicate key {key!r} (first given at line {seen})"
+                raise DuplicateKeyError(None, None, problem, key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` as YAML, refusing duplicate keys (raises yaml.YAMLError)."""
+    return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: builds plain data only
+
+
+def read_yaml(path: Path, error: type[UsageError] = UsageError) -> Any:
+    """The YAML document in ``path``; ``error`` with one line naming the file (and the line)
+    when its bytes are not UTF-8, it is not valid YAML, or a mapping names a key twice."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise error(
+            f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} (save it as UTF-8)"
+        ) from None
+    try:
+        return parse_yaml(text)
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML{_where(exc)}: {_problem(exc)}") from None
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    return getattr(exc, "problem", None) or str(exc).splitlines()[0]
