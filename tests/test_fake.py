@@ -9,10 +9,12 @@ collectives equal the real run's exactly, and its FLOPs equal torch's FlopCounte
 real run.
 
 CUDA path (simulated, bf16): every strategy at world size 2 and 4 trains and prefills; every
-attention call is the flash kernel (at an offset for sequence-sharded strategies), never
-SDPA's math path; the collectives equal the strategy's analytic count; parameters are bf16
-and the optimizer keeps float32 master weights and moments (12 bytes per parameter), except
-FSDP2's float32 shards (4 bytes) with float32 moments (8 bytes).
+attention call is the flash kernel, never SDPA's math path, and only with semantics every
+backend documents alike (no mask, or a causal square: a chunk at an offset is split into its
+key prefix and a square, tests/test_model.py checks the split's values on CPU); the
+collectives equal the strategy's analytic count; parameters are bf16 and the optimizer keeps
+float32 master weights and moments (12 bytes per parameter), except FSDP2's float32 shards (4
+bytes) with float32 moments (8 bytes).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -141,19 +144,25 @@ def test_cpu_fake_world_equals_a_real_gloo_run(world: int) -> None:
 
 
 class AttentionCalls(TorchDispatchMode):
-    """The attention kernels a step calls, (op, query length, key length), and any plain
+    """The attention kernels a step calls, (op, query length, key length, causal), and any plain
     softmax (SDPA's math path would compute one over an [Sq, Sk] score matrix)."""
+
+    CAUSAL_ARG: ClassVar[dict[str, int]] = {  # where is_causal sits in the op's arguments
+        "_scaled_dot_product_flash_attention": 4,
+        "_scaled_dot_product_flash_attention_backward": 11,
+    }
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[str, int, int]] = []
+        self.calls: list[tuple[str, int, int, bool]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if "attention" in name or name == "_softmax":
             first = 1 if name.endswith("_backward") else 0  # backward: (grad_out, q, k, v, ...)
             q, k = args[first], args[first + 1] if name != "_softmax" else args[first]
-            self.calls.append((name, q.shape[-2], k.shape[-2]))
+            at = self.CAUSAL_ARG.get(name, len(args))
+            self.calls.append((name, q.shape[-2], k.shape[-2], bool(args[at]) if at < len(args) else False))
         return func(*args, **(kwargs or {}))
 
 
@@ -183,13 +192,17 @@ def test_cuda_path_bf16_every_strategy(world: int) -> None:
             for i, workload in enumerate(loads):
                 r = ranks[rank][c][i]
                 where = f"{layout.describe()} rank {rank} {workload.mode}/{workload.recompute}"
-                kernels = {name for name, _, _ in r["attention"]}
+                kernels = {name for name, *_ in r["attention"]}
                 if kernels != {"_scaled_dot_product_flash_attention"} | (
                     {"_scaled_dot_product_flash_attention_backward"} if workload.mode == "train" else set()
                 ):
                     failures.append(f"{where}: attention kernels {sorted(kernels)}")
+                # only semantics every backend documents alike: no mask, or a causal square
+                skewed = [c for c in r["attention"] if c[3] and c[1] != c[2]]
+                if skewed:
+                    failures.append(f"{where}: causal flash calls with Sq != Sk: {skewed[:3]}")
                 sharded = cls.sequence_axis is not None and layout.degree(cls.sequence_axis) > 1
-                if sharded and not any(sq < sk for _, sq, sk in r["attention"]):
+                if sharded and not any(sq < sk and not causal for _, sq, sk, causal in r["attention"]):
                     failures.append(f"{where}: no query chunk at an offset reached the flash kernel")
                 if summarize(r["comm"]) != summarize(cls.comm_volume(layout, workload)):
                     failures.append(f"{where}: comm {summarize(r['comm'])} != analytic")
