@@ -3,7 +3,8 @@
 Every strategy at world sizes 2 and 4, train (recomputation none and full) and prefill, on the
 tiny and small presets: predicted collectives equal the counted ones (by op, phase, group and
 channel), predicted hardware FLOPs equal torch's FlopCounterMode's, predicted peak memory is
-within 10% of the CPU tracker's, and the model's peak moment is where memory peaks: the measured
+within the tolerance its strategy's family claims (``MEMORY_TOLERANCE``) of one tracked step's
+(tests/stepping.py), and the model's peak moment is where memory peaks: the measured
 peak within the phase of the predicted moment is within 2% of the measured peak (a near tie
 between two phases may go either way).
 """
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stepping import measure_steps
 
 from tspbench.analytic.hardware import available_hardware, load_hardware
 from tspbench.analytic.predict import predict
@@ -24,8 +26,6 @@ from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.comm import summarize
 from tspbench.dist.launch import launch
-from tspbench.measure.runner import RankRun
-from tspbench.measure.tracker import MemoryReport
 
 MODES = (("train", "none"), ("train", "full"), ("infer", "none"))
 LAYOUTS = [
@@ -46,34 +46,19 @@ LAYOUTS = [
     Layout("fsdp_sp", sp=4),
 ]
 PRESETS = {"tiny": 2048, "small": 512}
-MEMORY_TOLERANCE = 0.10
+# What the memory model claims per family (its largest error over these 90 points in brackets):
+# - plain autograd (dp, tp, sp, tp_sp): saved tensors counted exactly, working memory as the
+#   code allocates it; only the allocator-order of temporaries inside one op is approximated: 2% [1.3%]
+# - tsp: a hand-written backward whose temporaries are counted per half-block (attention or
+#   MLP), the larger of the two; the tracker sees their exact overlap: 6% [4.4%]
+# - fsdp, fsdp_sp: FSDP2's own buffers (the prefetched block, whole-size gradients, retained
+#   reduce-scatter inputs) are modelled from its behaviour, not its code: 8% [5.6%]
+MEMORY_TOLERANCE = dict.fromkeys(("dp", "tp", "sp", "tp_sp"), 0.02) | {
+    "tsp": 0.06,
+    "fsdp": 0.08,
+    "fsdp_sp": 0.08,
+}
 MOMENT_TIE = 0.02
-
-
-def _measure(layout: Layout, workloads: list[Workload]) -> list[dict]:
-    """Peak, FLOPs and collectives of one step per workload.
-
-    The peak is the smallest of several steps: gloo's worker thread releases a finished
-    collective's buffer a moment after the caller's wait returns, and when the next allocation
-    lands in that moment the buffer counts at the peak (TP prefill here: one more residual-stream
-    buffer in 12 of 80 steps). The model counts program order, so the test compares with the
-    step where the backend was on time; bench records report the step they measured.
-    """
-    out = []
-    for workload in workloads:
-        run = RankRun(layout, workload)
-        flops = run.counted_flops()
-        step = run.measured_step()
-        tries = 6 if workload.mode == "infer" else 2  # prefill steps are cheap, and where it shows
-        low = min([step.memory] + [run.measured_step().memory for _ in range(tries - 1)], key=_peak)
-        out.append(
-            {"peak": low.peak_bytes, "phases": low.phase_peaks, "flops": flops, "comm": summarize(step.comm)}
-        )
-    return out
-
-
-def _peak(memory: MemoryReport) -> int:
-    return memory.peak_bytes
 
 
 @pytest.fixture(scope="module", params=list(PRESETS))
@@ -83,7 +68,7 @@ def measured(request: pytest.FixtureRequest) -> dict:
     workloads = [base.with_(mode=m, recompute=r) for m, r in MODES]
     results = {}
     for layout in LAYOUTS:
-        ranks = launch(_measure, layout.world_size, layout, workloads)
+        ranks = launch(measure_steps, layout.world_size, layout, workloads)
         for i, workload in enumerate(workloads):
             results[(layout, workload)] = [rank[i] for rank in ranks]
     return results
@@ -93,16 +78,17 @@ def test_model_matches_measurement(measured: dict) -> None:
     failures = []
     for (layout, workload), ranks in measured.items():
         p = predict(layout, workload, "cpu")
-        top = max(ranks, key=lambda r: r["peak"])
-        peak = top["peak"]
+        top = max(ranks, key=lambda r: r["memory"].peak_bytes)
+        peak = top["memory"].peak_bytes
         flops = max(r["flops"] for r in ranks)
         memory_error = p.memory.peak_bytes / peak - 1
         where = f"{workload.model.name} {layout.describe()} {workload.mode}/{workload.recompute}"
-        if abs(memory_error) > MEMORY_TOLERANCE:
+        if abs(memory_error) > MEMORY_TOLERANCE[layout.strategy]:
             failures.append(f"{where}: memory {memory_error:+.1%} ({p.memory.moment})")
-        at_moment = top["phases"].get(p.memory.phase, 0)
+        phases = top["memory"].phase_peaks
+        at_moment = phases.get(p.memory.phase, 0)
         if at_moment < (1 - MOMENT_TIE) * peak:
-            measured = max(top["phases"], key=top["phases"].__getitem__)
+            measured = max(phases, key=phases.__getitem__)
             failures.append(
                 f"{where}: predicted peak at {p.memory.moment!r} ({p.memory.phase}), measured in "
                 f"{measured}; the {p.memory.phase} peak is {at_moment / peak - 1:+.1%} below it"

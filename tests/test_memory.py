@@ -77,6 +77,43 @@ def test_dtensor_counts_its_local_storage() -> None:
     assert peak == 2000 and state["parameters"] == 1000
 
 
+T_ROWS, V_SHARD = 96, 640  # tokens, vocabulary columns per rank (2 ranks): distinct candidate peaks
+
+
+def _loss_parallel_log_softmax() -> tuple[int, int]:
+    """One DTensor op whose working memory lives and dies inside it: log-softmax of
+    vocabulary-sharded float32 logits [T, V/2] under torch's loss_parallel (what DTensor TP's
+    loss runs), on 2 ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    mesh = init_device_mesh("cpu", (2,))
+    logits = DTensor.from_local(torch.randn(T_ROWS, V_SHARD), mesh, [Shard(1)])
+    with MemoryTracker() as t, loss_parallel():
+        t.register([logits], "other")
+        t.reset_peak()
+        out = torch.log_softmax(logits, dim=-1)
+        out_bytes = out.to_local().untyped_storage().nbytes()
+        del out
+    return t.peak, out_bytes
+
+
+def test_memory_inside_a_dtensor_op_is_counted() -> None:
+    """loss_parallel's log-softmax (torch/distributed/tensor/parallel/loss.py, _log_softmax) on a
+    local x [T, V'] float32: x_max [T, 1], all-reduced into a new [T, 1]; shifted = x - x_max
+    [T, V']; exp(shifted) [T, V'] summed into [T, 1] - the peak, with x, both maxima, shifted,
+    the exponentials and their sum alive: 3 T V' 4 + 3 T 4 bytes (the first maximum is freed
+    when the reduced one replaces it: 3 T V' 4 + 2 T 4 + the sum's T 4). A tracker that ran the
+    DTensor op whole saw only x and its output: 2 T V' 4."""
+    from tspbench.dist.launch import launch
+
+    (peak, out_bytes), _ = launch(_loss_parallel_log_softmax, 2)
+    big, small = T_ROWS * V_SHARD * 4, T_ROWS * 4
+    assert out_bytes == big
+    assert peak == 3 * big + 3 * small
+
+
 def test_registered_tensors_count_once() -> None:
     x = torch.empty(256)  # 1024 B, exists before the tracker
     t = MemoryTracker()

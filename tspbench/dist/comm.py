@@ -176,12 +176,21 @@ class Group:
 class Pending:
     """An issued async collective; ``wait()`` blocks until done and returns its result."""
 
-    def __init__(self, works: Sequence[dist.Work], result: Callable[[], object]) -> None:
-        self._works, self._result = works, result
+    def __init__(
+        self,
+        works: Sequence[dist.Work],
+        result: Callable[[], object],
+        unstage: Callable[[], None] | None = None,
+    ) -> None:
+        self._works, self._result, self._unstage = works, result, unstage
 
     def wait(self):
-        for w in self._works:
-            w.wait()
+        while self._works:  # no loop variable may keep a finished work (and its tensors) alive
+            self._works[0].wait()
+            self._works = self._works[1:]
+        if self._unstage is not None:
+            self._unstage()
+            self._unstage = None
         return self._result()
 
     def future(self) -> torch.futures.Future:
@@ -194,30 +203,87 @@ class Pending:
         return torch.futures.collect_all(futures).then(lambda _: self._result())
 
 
+_staging = False
+_GLOO_GROUPS: dict[str, bool] = {}
+
+
+@contextmanager
+def staging() -> Iterator[None]:
+    """Inside the block, collectives on gloo run on staging copies of their tensors.
+
+    gloo releases a finished work - and with it every tensor it was given - on its worker
+    thread, a moment after the caller's wait returns: a buffer the program has dropped by then
+    dies at a random point of the step, and the same step's peak memory differed from run to
+    run. On a copy the program never sees, the program's own tensors die where the program
+    drops them. The copies are made and read back outside the dispatcher (no mode or counter
+    sees them, as none sees gloo's own buffers); the results are copied into the program's
+    tensors without bumping their autograd version, as gloo's own in-place writes do not.
+    The memory tracker turns this on (tspbench.measure.tracker); NCCL and the fake world are
+    left as they are.
+    """
+    global _staging
+    previous, _staging = _staging, True
+    try:
+        yield
+    finally:
+        _staging = previous
+
+
+def _on_gloo(group: Group) -> bool:
+    if group.name not in _GLOO_GROUPS:
+        _GLOO_GROUPS[group.name] = dist.get_backend(group.pg) == "gloo"
+    return _GLOO_GROUPS[group.name]
+
+
+def _stage(operands: Sequence[Tensor], written: Sequence[int]) -> tuple[list[Tensor], Callable[[], None]]:
+    """Staging copies of ``operands``, and what copies the ``written`` ones back."""
+    with torch.no_grad(), torch._C._DisableTorchDispatch():
+        copies = [t.detach().clone() for t in operands]
+
+    def unstage() -> None:
+        with torch.no_grad(), torch._C._DisableTorchDispatch():
+            for i in written:
+                version = operands[i]._version
+                operands[i].copy_(copies[i])
+                torch._C._autograd._unsafe_set_version_counter((operands[i],), (version,))
+        copies.clear()
+
+    return copies, unstage
+
+
 def _issue(
     op: str,
     group: Group,
     nbytes: int,
-    start: Callable[[], dist.Work | list[dist.Work]],
+    start: Callable[..., dist.Work | list[dist.Work]],
+    operands: Sequence[Tensor],
     result: Callable[[], object],
     async_op: bool,
     simulated: Callable[[], object] | None = None,
+    written: Sequence[int] = (0,),
 ):
     """Count one collective, start it (``simulated`` instead, inside ``simulate()``), and return
-    its result, or a Pending for it with ``async_op``. The one path every primitive takes."""
+    its result, or a Pending for it with ``async_op``. The one path every primitive takes.
+
+    ``operands`` are the tensors the c10d call takes, in its order; ``written`` says which of them
+    it writes (see ``staging``)."""
     _count(op, group, nbytes)
     if _simulating:
         if simulated is not None:
             simulated()
-        works: Sequence[dist.Work] = ()
+        pending = Pending((), result)
     else:
+        unstage = None
+        if _staging and _on_gloo(group):
+            operands, unstage = _stage(operands, written)
         _issuing.active = True
         try:
-            started = start()
+            started = start(*operands)
         finally:
             _issuing.active = False
-        works = started if isinstance(started, list) else [started]
-    pending = Pending(works, result)
+        # the Pending holds the only handles on the works: none may outlive its wait
+        pending = Pending(started if isinstance(started, list) else [started], result, unstage)
+        del started, operands
     return pending if async_op else pending.wait()
 
 
@@ -249,8 +315,8 @@ def all_reduce(x: Tensor, group: Group, op: str = "sum", async_op: bool = False)
     """In place on x [any]: the elementwise reduction over the group."""
     if group.size == 1:
         return _solo(lambda: x, async_op)
-    start = partial(dist.all_reduce, x, _REDUCE_OPS[op], group.pg, async_op=True)
-    return _issue("all_reduce", group, _nbytes(x), start, lambda: x, async_op)
+    start = partial(dist.all_reduce, op=_REDUCE_OPS[op], group=group.pg, async_op=True)
+    return _issue("all_reduce", group, _nbytes(x), start, (x,), lambda: x, async_op)
 
 
 def all_gather(x: Tensor, group: Group, dim: int | None = None, async_op: bool = False):
@@ -264,7 +330,8 @@ def all_gather(x: Tensor, group: Group, dim: int | None = None, async_op: bool =
         "all_gather",
         group,
         _nbytes(stacked),
-        partial(gather, stacked.view(-1), x.view(-1), group=group.pg, async_op=True),
+        partial(gather, group=group.pg, async_op=True),
+        (stacked.view(-1), x.view(-1)),
         lambda: stacked if dim is None else torch.cat(stacked.unbind(0), dim=dim),
         async_op,
         simulated=lambda: stacked.copy_(x.unsqueeze(0).expand_as(stacked)),
@@ -286,7 +353,8 @@ def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bo
         "reduce_scatter",
         group,
         _nbytes(stacked),
-        partial(scatter, out.view(-1), stacked.view(-1), group=group.pg, async_op=True),
+        partial(scatter, group=group.pg, async_op=True),
+        (out.view(-1), stacked.view(-1)),
         lambda: out,
         async_op,
         simulated=lambda: out.copy_(stacked[group.rank]),
@@ -297,16 +365,16 @@ def broadcast(x: Tensor, src: int, group: Group, async_op: bool = False):
     """In place on x [any]: every rank gets the value held by group member ``src``."""
     if group.size == 1:
         return _solo(lambda: x, async_op)
-    start = partial(dist.broadcast, x, group.global_rank(src), group.pg, async_op=True)
-    return _issue("broadcast", group, _nbytes(x), start, lambda: x, async_op)
+    start = partial(dist.broadcast, src=group.global_rank(src), group=group.pg, async_op=True)
+    return _issue("broadcast", group, _nbytes(x), start, (x,), lambda: x, async_op)
 
 
 def reduce(x: Tensor, dst: int, group: Group, async_op: bool = False):
     """Sum of x [any] over the group, in place on group member ``dst`` (others' x is undefined after)."""
     if group.size == 1:
         return _solo(lambda: x, async_op)
-    start = partial(dist.reduce, x, group.global_rank(dst), group=group.pg, async_op=True)
-    return _issue("reduce", group, _nbytes(x), start, lambda: x, async_op)
+    start = partial(dist.reduce, dst=group.global_rank(dst), group=group.pg, async_op=True)
+    return _issue("reduce", group, _nbytes(x), start, (x,), lambda: x, async_op)
 
 
 def all_to_all(x: Tensor, group: Group, async_op: bool = False):
@@ -315,8 +383,10 @@ def all_to_all(x: Tensor, group: Group, async_op: bool = False):
         return _solo(lambda: x, async_op)
     x = x.contiguous()
     out = torch.empty_like(x)
-    start = partial(dist.all_to_all_single, out, x, group=group.pg, async_op=True)
-    return _issue("all_to_all", group, _nbytes(x), start, lambda: out, async_op, lambda: out.copy_(x))
+    start = partial(dist.all_to_all_single, group=group.pg, async_op=True)
+    return _issue(
+        "all_to_all", group, _nbytes(x), start, (out, x), lambda: out, async_op, lambda: out.copy_(x)
+    )
 
 
 def ring_shift(x: Tensor, group: Group, async_op: bool = False):
@@ -331,13 +401,15 @@ def ring_shift(x: Tensor, group: Group, async_op: bool = False):
     x = x.contiguous()
     out = torch.empty_like(x)
 
-    def start() -> list[dist.Work]:
-        send = partial(dist.isend, x, group.next, group.pg)
-        recv = partial(dist.irecv, out, group.prev, group.pg)
+    def start(sent: Tensor, received: Tensor) -> list[dist.Work]:
+        send = partial(dist.isend, sent, group.next, group.pg)
+        recv = partial(dist.irecv, received, group.prev, group.pg)
         first, second = (send, recv) if group.rank % 2 == 0 else (recv, send)
         return [first(), second()]
 
-    return _issue("send_recv", group, _nbytes(x), start, lambda: out, async_op, lambda: out.copy_(x))
+    return _issue(
+        "send_recv", group, _nbytes(x), start, (x, out), lambda: out, async_op, lambda: out.copy_(x), (1,)
+    )
 
 
 def replay(records: Sequence[CommRecord], resolve: Callable[[str], Group]) -> None:

@@ -9,7 +9,8 @@ finalizer subtracts them when the storage dies. Views share their base's storage
 counted once; a storage an op reallocates in place (``resize_``, an ``out=`` argument) is
 counted again at its new size, and so is one resized through ``UntypedStorage.resize_``, which
 bypasses the dispatcher (FSDP2 frees and re-allocates gathered weights with it). Wrapper
-subclasses (DTensor) count as the local tensors they hold. What existed before the region
+subclasses (DTensor) count as the local tensors they hold, and their ops as the local ops they
+desugar into, so memory that lives and dies inside one DTensor op counts too. What existed before the region
 (parameters, gradients, optimizer state, inputs) is registered first. Not seen: storages
 created in another thread (the dispatch mode is per thread; tspbench's steps allocate in one),
 scratch a kernel allocates and frees inside one op (e.g. ~600 KB inside one CPU flash-attention
@@ -45,7 +46,12 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    is_traceable_wrapper_subclass,
+    is_traceable_wrapper_subclass_type,
+)
 from torch.utils._pytree import tree_leaves
 
 from tspbench.core.names import CATEGORIES
@@ -121,6 +127,7 @@ class MemoryTracker(TorchDispatchMode):
         self.peak_seq = 0  # allocation number of the storage that set the peak
         self._seq = 0
         self._entries: dict[int, list] = {}  # storage key -> [nbytes, category, finalizer, number]
+        self._fake_mode: object = None  # the FakeTensorMode active on entry (the fake world's)
 
     # ---- bookkeeping
     def _add(self, storage: torch.UntypedStorage, category: str) -> None:
@@ -197,6 +204,9 @@ class MemoryTracker(TorchDispatchMode):
             self._add(storage, category or "other")
 
     def __enter__(self) -> MemoryTracker:
+        self._fake_mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+        self._staging = comm.staging()  # gloo's late releases never touch the program's tensors
+        self._staging.__enter__()
         self._original_resize = torch.UntypedStorage.resize_
         tracker = self
 
@@ -208,6 +218,7 @@ class MemoryTracker(TorchDispatchMode):
 
     def __exit__(self, *exc: object) -> None:
         torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
+        self._staging.__exit__(*exc)
         super().__exit__(*exc)
 
     def classify(self, tensor: Tensor, category: str) -> None:
@@ -274,16 +285,32 @@ class MemoryTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is _DEVICE:  # half of all calls under fake tensors: a device query allocates nothing
             return func(*args, **(kwargs or {}))
+        if any(is_traceable_wrapper_subclass_type(t) for t in types):
+            # A DTensor op: let the subclass desugar it into local ops, each of which comes back
+            # here - so what it allocates and frees on the way (redistribution buffers,
+            # loss_parallel's float32 logits, AdamW's temporaries) is counted, and its output
+            # once, as the local tensor it wraps (as torch's CommDebugMode sees DTensor's comms).
+            return NotImplemented
+        if FakeTensor in types and any(self._shape_inference(t) for t in tree_leaves(args)):
+            return func(*args, **(kwargs or {}))  # DTensor's placement inference: no memory
+        if func.namespace == "c10d":  # a collective allocates nothing: it returns its arguments
+            return func(*args, **(kwargs or {}))
         written = [(s, s.data_ptr(), s.nbytes()) for t in _written(func, args, kwargs) for s in _storages(t)]
         out = func(*args, **(kwargs or {}))
         for storage, ptr, nbytes in written:
             if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
                 self._reallocated(storage)
         for t in (out,) if isinstance(out, Tensor) else tree_leaves(out):
-            if isinstance(t, Tensor):
+            if isinstance(t, Tensor) and not self._shape_inference(t):
                 for s in _storages(t):
                     self._add(s, "other")
         return out
+
+    def _shape_inference(self, t: Tensor) -> bool:
+        """Whether ``t`` is a fake tensor of someone else's FakeTensorMode: DTensor infers an op's
+        output placement by running it on fake tensors of its own, which hold no memory. (Under
+        the fake world's own FakeTensorMode every tensor is fake, and each counts.)"""
+        return isinstance(t, FakeTensor) and t.fake_mode is not self._fake_mode
 
 
 _WRITTEN_ARGS: dict[object, tuple[tuple[int, str], ...]] = {}
