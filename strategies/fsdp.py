@@ -100,12 +100,17 @@ class FullyShardedDataParallel(Strategy):
             _to_float32(model)  # float32 shards are the master weights
             policy = torch_fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         mesh = self.device_mesh()
-        for module in (*model.layers, model):  # bottom-up: each block, then the root
+        for module in self.units(model):
             torch_fsdp.fully_shard(module, mesh=mesh, mp_policy=policy)
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
         for method in ("loss_sum", "prefill", "decode_step"):
             torch_fsdp.register_fsdp_forward_method(model, method)
+
+    def units(self, model: nn.Module) -> tuple[nn.Module, ...]:
+        """What ``fully_shard`` wraps, bottom-up: each block, then the root (whose unit takes every
+        parameter no block holds: embedding, final norm, LM head)."""
+        return (*model.layers, model)
 
     def logits(self, model: nn.Module, batch: LocalBatch) -> torch.Tensor:
         """Prefill ends with the weights sharded again (FSDP keeps the root gathered only for

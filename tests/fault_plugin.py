@@ -15,6 +15,8 @@ sees these extra strategies:
                    ranks, the same math: only the counted group label differs)
     fault_reduce   tp_sp; norm gradients are summed over tp instead of sp (a group of the same
                    size at tp 2 x sp 2), and its Placement says so, so the analytic count agrees
+    fault_fsdp     fsdp; the first block is left out of ``fully_shard`` (the root's unit takes
+                   its parameters): the same math, other collectives, all issued by FSDP2
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from dataclasses import replace
 
 from tspbench.strategies.dp import DataParallel
+from tspbench.strategies.fsdp import FullyShardedDataParallel
 from tspbench.strategies.tp_sp import TensorSequenceParallel
 from tspbench.strategies.tsp import FoldedParallel
 
@@ -74,6 +77,14 @@ class WrongAxisTPSP(TensorSequenceParallel):
         if "norm" not in name:
             return placement
         return replace(placement, reduce=tuple("tp" if a == "sp" else a for a in placement.reduce))
+
+
+class UnshardedBlockFSDP(FullyShardedDataParallel):
+    name = "fault_fsdp"
+
+    def units(self, model):
+        return super().units(model)[1:]
+
 """
 
 ENTRY_POINTS = """[tspbench.strategies]
@@ -82,6 +93,7 @@ fault_hang = tspbench_fault_plugin:HangingDP
 fault_replica = tspbench_fault_plugin:CorruptReplicaTSP
 fault_channel = tspbench_fault_plugin:SameChannelTSP
 fault_reduce = tspbench_fault_plugin:WrongAxisTPSP
+fault_fsdp = tspbench_fault_plugin:UnshardedBlockFSDP
 """
 
 

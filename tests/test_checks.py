@@ -3,10 +3,13 @@
 - ``validate`` compares every rank's copy, so a strategy whose replicas disagree fails
   (``fault_replica``: ranks other than 0 hold wrong norm gradients);
 - the counted collectives are compared by group and channel, so weights moved on the wrong
-  channel fail the comparison even though the math is right (``fault_channel``);
-- the gradient synchronisation each strategy performs is checked against one derived here by
-  hand, not read from its Placement, so a strategy that sums over the wrong axes (and says so in
-  its Placement, which keeps counted = analytic) is caught (``fault_reduce``);
+  channel fail the comparison even though the math is right (``fault_channel``), and what the
+  dispatcher saw is held against the analytic count, so an FSDP2 block left unsharded fails
+  though FSDP2 counts nothing itself (``fault_fsdp``);
+- the gradient synchronisation each strategy performs (torch's DDP and FSDP2 included) is
+  checked against one derived here by hand, not read from its Placement, so a strategy that
+  sums over the wrong axes (and says so in its Placement, which keeps counted = analytic) is
+  caught (``fault_reduce``);
 - TSP's overlap is a fact of its issue order: each weight transfer is started before the
   compute on the shard in hand and waited after it (a blocking schedule fails this).
 
@@ -29,11 +32,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist import comm
+from tspbench.dist.c10d_count import C10dCounter
+from tspbench.dist.comm import CommLog
 from tspbench.dist.launch import launch
 from tspbench.measure.runner import RankRun
+from tspbench.model.transformer import Transformer
 
 TINY = ModelConfig.preset("tiny")
 SHORT = Workload(TINY, batch=1, seq_len=128, dtype="float32")
+TINY_SHAPES = {n: tuple(p.shape) for n, p in Transformer(TINY, seed=0).named_parameters()}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +74,18 @@ def test_the_wrong_channel_fails_the_comm_comparison(plugin: tuple[Path, dict]) 
     assert ("broadcast", "tsp") in counted and ("broadcast", "tsp#1") in analytic
 
 
+def test_an_unsharded_fsdp_block_fails_validate(plugin: tuple[Path, dict]) -> None:
+    """FSDP2 issues its own collectives, seen only at dispatch level: validate holds them against
+    the analytic count (a comparison of the dispatched records with themselves passed this)."""
+    code, result = _validate(plugin[1], "--strategy", "fault_fsdp", "--fsdp", "2")
+    assert code == 1 and not result["passed"]
+    assert not result["comm_matches_dispatch"] and not result["comm_matches_analytic"]
+    assert all(err <= result["tolerance"] for err in result["max_rel_err"].values())  # same math
+    gathers = [e for e in result["comm_counted"]["train"] if e["op"] == "all_gather"]
+    expected = [e for e in result["comm_analytic"]["train"] if e["op"] == "all_gather"]
+    assert sum(e["calls"] for e in gathers) < sum(e["calls"] for e in expected)  # one unit fewer
+
+
 def test_a_wrong_reduce_fails_validate(plugin: tuple[Path, dict]) -> None:
     code, result = _validate(plugin[1], "--strategy", "fault_reduce", "--tp", "2", "--sp", "2")
     assert code == 1 and result["max_rel_err"]["grads"] > result["tolerance"]
@@ -97,17 +116,22 @@ def summed_axes(strategy: str, megatron_sp: bool, name: str) -> tuple[str, ...]:
 
 
 def _gradient_sync(layout: Layout, workload: Workload, plugin_dir: str) -> dict:
+    """The all-reduces and reduce-scatters that sum gradients: tspbench's own in the optimizer
+    phase, DDP's buckets (through tspbench's comm hook) in backward, and whatever FSDP2 issues
+    itself (seen only at dispatch level: ``wrapped``)."""
     sys.path.insert(0, plugin_dir)  # before the registry loads: the faulty plugins too
     run = RankRun(layout, workload)
-    with comm.counting() as log:
+    wrapped = CommLog()
+    with comm.counting() as own, C10dCounter(wrapped, run.mesh.labels()):
         run.train_step()
+    ddp = layout.strategy == "dp"
+    syncing = [r for r in own.records if r.phase == "optimizer" or (ddp and r.phase == "backward")]
+    syncing += [r for r in wrapped.records if r.op != "all_gather"]  # FSDP2's weight gathers aside
     synced: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    bucketed = layout.strategy == "dp"  # torch's DDP: buckets all-reduced during backward
-    for r in log.records:
-        if r.phase == "optimizer" or (bucketed and r.phase == "backward"):
-            assert r.op == "all_reduce", r
-            synced[r.group][0] += r.count
-            synced[r.group][1] += r.count * r.msg_bytes
+    for r in syncing:
+        assert r.op in ("all_reduce", "reduce_scatter"), r
+        synced[f"{r.op} {r.group}"][0] += r.count
+        synced[f"{r.op} {r.group}"][1] += r.count * r.msg_bytes
     return {
         "synced": dict(synced),
         "params": {n: p.numel() * p.element_size() for n, p in run.model.named_parameters()},
@@ -119,14 +143,35 @@ def _gradient_sync(layout: Layout, workload: Workload, plugin_dir: str) -> dict:
 
 def _expected(layout: Layout, workload: Workload, rank: dict) -> dict[str, list[int]]:
     """One all-reduce per parameter over its hand-derived axes, where that group has > 1 rank."""
+    if layout.strategy in ("fsdp", "fsdp_sp"):
+        return _expected_fsdp(layout, rank)
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for name, nbytes in rank["params"].items():
         axes = summed_axes(layout.strategy, workload.megatron_sp, name)
         if math.prod(rank["dims"][a] for a in axes) > 1:
-            label = "+".join(a for a in rank["names"] if a in axes)
+            label = "all_reduce " + "+".join(a for a in rank["names"] if a in axes)
             out[label][0] += 1
             out[label][1] += nbytes
     return dict(out)
+
+
+def _expected_fsdp(layout: Layout, rank: dict) -> dict[str, list[int]]:
+    """FSDP2 (fully_shard on each block, then the root): every gradient is summed over the ranks
+    whose tokens differ - the shard axis (its own micro-batch under fsdp, its zigzag tokens under
+    fsdp_sp) and dp - by one reduce-scatter per unit over the shard axis of the unit's whole
+    padded gradient (each parameter's rows rounded up to a multiple of D, float32 here), then
+    with dp (HSDP) one all-reduce per unit of its shard. Units and sizes from the reference
+    model's parameter shapes, never from the strategy."""
+    shard = "fsdp" if layout.strategy == "fsdp" else "sp"
+    d, dp = layout.degree(shard), layout.dp
+    units: dict[str, int] = defaultdict(int)
+    for name, shape in TINY_SHAPES.items():
+        unit = ".".join(name.split(".")[:2]) if name.startswith("layers.") else "root"
+        units[unit] += math.ceil(shape[0] / d) * d * math.prod(shape[1:]) * 4
+    out = {f"reduce_scatter {shard}": [len(units), sum(units.values())]}
+    if dp > 1:
+        out["all_reduce dp"] = [len(units), sum(units.values()) // d]
+    return out
 
 
 SYNC_CASES = [
@@ -137,6 +182,10 @@ SYNC_CASES = [
     (Layout("tp_sp", tp=2, sp=2), False),
     (Layout("tp_sp", tp=2, sp=2), True),
     (Layout("tsp", dp=2, tsp=2), False),
+    (Layout("fsdp", fsdp=2), False),
+    (Layout("fsdp", dp=2, fsdp=2), False),
+    (Layout("fsdp_sp", sp=2), False),
+    (Layout("fsdp_sp", dp=2, sp=2), False),
 ]
 
 
@@ -152,6 +201,9 @@ def test_gradient_sync_is_the_hand_derived_one(
         if layout.strategy == "dp":  # DDP: every gradient summed once, in buckets (not one call each)
             assert {g: b for g, (_, b) in rank["synced"].items()} == {g: b for g, (_, b) in expected.items()}
             continue  # its placements declare no reduce: DDP does it
+        if layout.strategy.startswith("fsdp"):  # FSDP2 reduces what it shards; placements declare none
+            assert rank["synced"] == expected
+            continue
         assert rank["synced"] == expected
         for name, declared in rank["declared"].items():  # the declarations say the same
             assert set(declared) == set(summed_axes(layout.strategy, megatron_sp, name)), name
@@ -162,7 +214,8 @@ def test_a_sum_over_the_wrong_axis_of_the_same_size_is_caught(plugin: tuple[Path
     for rank in launch(_gradient_sync, 4, layout, SHORT, str(plugin[0])):
         expected = _expected(layout, SHORT, rank)
         assert rank["synced"] != expected
-        assert rank["synced"]["dp+tp"][0] == expected["dp+sp"][0] - rank["synced"]["dp+sp"][0]  # the norms
+        synced, want = rank["synced"], expected
+        assert synced["all_reduce dp+tp"][0] == want["all_reduce dp+sp"][0] - synced["all_reduce dp+sp"][0]
 
 
 # ----------------------------------------------------------------------------- TSP overlap
