@@ -143,6 +143,9 @@ def _run_all(n: int) -> dict[str, object]:
             with comm.staging():  # on copies gloo never sees the program's tensors
                 result, x_after = run(async_op)
             out["staged"][name, async_op] = (result, x_after, x_after._version)
+    with comm.staging():  # DDP's comm hook takes the result as a Future
+        x = _x(r, 1, SHAPE)
+        out["staged_future"] = (comm.all_reduce(x, group, async_op=True).future().wait(), x)
     out["late_frees"] = _frees_on_other_threads(group)
     out["autograd"] = _autograd_pairs(group, n, r)
     out["phases"] = _phases(group)
@@ -286,6 +289,14 @@ def test_staged_primitive_gives_the_same_result_and_keeps_the_autograd_version(
         torch.testing.assert_close(result, expected, rtol=1e-12, atol=1e-12, msg=f"rank {r}")
         if name in IN_PLACE:
             torch.testing.assert_close(x_after, expected, rtol=1e-12, atol=1e-12, msg=f"rank {r}")
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_staged_future_gives_the_result_in_place(worlds, n: int) -> None:
+    for r, out in enumerate(worlds(n)):
+        result, x_after = out["staged_future"]
+        torch.testing.assert_close(result, _expected("all_reduce", n, r), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(x_after, _expected("all_reduce", n, r), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -188,10 +188,7 @@ class Pending:
         while self._works:  # no loop variable may keep a finished work (and its tensors) alive
             self._works[0].wait()
             self._works = self._works[1:]
-        if self._unstage is not None:
-            self._unstage()
-            self._unstage = None
-        return self._result()
+        return self._finish()
 
     def future(self) -> torch.futures.Future:
         """A Future of the result, completed when the transfer is (what DDP's comm hooks return)."""
@@ -200,7 +197,14 @@ class Pending:
             done.set_result(self._result())
             return done
         futures = [w.get_future() for w in self._works]
-        return torch.futures.collect_all(futures).then(lambda _: self._result())
+        return torch.futures.collect_all(futures).then(lambda _: self._finish())
+
+    def _finish(self):
+        """The result, once the transfer is done (read back from staging copies, if any)."""
+        if self._unstage is not None:
+            self._unstage()
+            self._unstage = None
+        return self._result()
 
 
 _staging = False
