@@ -35,21 +35,11 @@ from tspbench.dist.fake_world import run_fake_ranks
 from tspbench.dist.launch import launch
 from tspbench.measure import fake_cuda
 from tspbench.measure.fake import fake_bench, fake_rank
-from tspbench.strategy import check_layout, iter_strategies, registry
+from tspbench.strategy import check_layout, iter_strategies, layout_for, registry
 
 MODES = (("train", "none"), ("train", "selective"), ("train", "full"), ("infer", "none"))
 TINY = ModelConfig.preset("tiny")
 STRATEGIES = [cls for cls in iter_strategies()]
-
-
-def layout_of(cls: type, world: int) -> Layout:
-    """A layout of ``world`` ranks for any registered strategy: its innermost axes get the
-    factors of two (dp for a strategy without axes)."""
-    axes = list(cls.axes) or ["dp"]
-    degrees = dict.fromkeys(axes, 1)
-    for i in range(round(math.log2(world))):
-        degrees[axes[-1 - i % len(axes)]] *= 2
-    return Layout(cls.name, **degrees)
 
 
 def workloads(dtype: str, device: str, seq_len: int = 256, decode: bool = False) -> list[Workload]:
@@ -66,7 +56,7 @@ def cases(world: int, dtype: str, device: str, decode: bool = False) -> list[tup
     alone (``test_only_ddp_training_is_left_out``)."""
     out = []
     for cls in STRATEGIES:
-        layout, loads = layout_of(cls, world), workloads(dtype, device, decode=decode)
+        layout, loads = layout_for(cls, world), workloads(dtype, device, decode=decode)
         check_layout(layout, loads[0])
         out.append((layout, [w for w in loads if not cls.fake_world_obstacle(layout, w)]))
     return out

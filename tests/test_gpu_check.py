@@ -1,25 +1,50 @@
-"""The GPU check script runs end to end (on CPU with a tiny model here, so it cannot rot)."""
+"""The GPU check script runs end to end: on CPU here (2 gloo ranks, tiny model), so it cannot rot;
+on a machine with GPUs the same quick run on them must pass. (Without a GPU, a plain gpu-check is
+a usage error: tests/test_cli.py.)"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+import torch
+
 from tspbench.cli import main
+from tspbench.strategy import available
+
+CHECKS = {"attention", "calibrate", "overlap/tsp"} | {
+    f"{k}/{s}" for k in ("validate", "memory") for s in available()
+}
+
+
+def _summary(out: Path) -> dict:
+    return json.loads(next(out.glob("gpu_check_*/summary.json")).read_text())
 
 
 def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
     assert main(["gpu-check", "--device", "cpu", "--quick", "--out", str(tmp_path)]) == 0
-    report = json.loads(next(tmp_path.glob("gpu_check_cpu_*.json")).read_text())
-    assert max(report["offset_attention_rel_err"].values()) < 1e-5
-    assert report["calibration"]["gemm_tflops"] > 0
-    for point in report["strategies"]:
-        assert point["status"] == "completed", point
-        assert abs(point["predicted_memory_error"]) < 0.10, point
+    summary = _summary(tmp_path)
+    checks = {c["name"]: c for c in summary["checks"]}
+    assert set(checks) == CHECKS and summary["world"] == 2
+    assert {c["status"] for c in checks.values()} <= {"passed", "measured"}, checks
+    assert checks["memory/dp"]["status"] == "measured"  # DDP training has no fake world to compare
+    folder = Path(summary["path"])
+    for name in CHECKS:  # one record per check, with what it measured
+        record = json.loads((folder / f"{name.replace('/', '_')}.json").read_text())
+        assert record["name"] == name and record["details"]
+    tp = json.loads((folder / "memory_tp.json").read_text())["details"]
+    assert tp["measured"]["peak_memory_bytes"] == tp["fake"]["peak_memory_bytes"]  # CPU: the same tracker
+    assert (folder / "profile.yaml").exists() and (folder / "summary.md").read_text().count("\n") == len(
+        CHECKS
+    ) + 2
 
 
-def test_gpu_check_refuses_without_a_gpu_unless_asked(tmp_path: Path) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        assert main(["gpu-check", "--out", str(tmp_path)]) == 2
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")
+def test_gpu_check_quick_run_on_the_gpus_passes(tmp_path: Path) -> None:
+    assert main(["gpu-check", "--quick", "--out", str(tmp_path)]) == 0
+    summary = _summary(tmp_path)
+    statuses = {c["name"]: c["status"] for c in summary["checks"]}
+    assert set(statuses) == CHECKS and "failed" not in statuses.values()
+    if summary["world"] < 2:
+        assert statuses["overlap/tsp"] == "skipped" and statuses["validate/tp"] == "skipped"

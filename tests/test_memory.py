@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tspbench.core.spec import ModelConfig, Workload
-from tspbench.measure.tracker import MemoryTracker, persistent_bytes, tracked
+from tspbench.measure.tracker import MemoryTracker, allocator_report, persistent_bytes, tracked
 from tspbench.model.reference import Reference
 
 
@@ -112,6 +112,30 @@ def test_memory_inside_a_dtensor_op_is_counted() -> None:
     big, small = T_ROWS * V_SHARD * 4, T_ROWS * 4
     assert out_bytes == big
     assert peak == 3 * big + 3 * small
+
+
+def test_cuda_categories_are_the_trackers_at_its_peak_not_the_state_after_the_step() -> None:
+    """On a GPU the allocator gives the peak and the dispatch tracker, run beside it, the
+    categories: a step that peaks in forward has no gradients at its peak, though gradients
+    exist after the step. What the allocator holds beyond the tracked tensors (workspaces, NCCL
+    buffers, rounding) is its own field, never spread over the categories."""
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+    with tracked(model) as t, t.track_autograd(model):
+        x = torch.randn(512, 64)
+        scratch = torch.empty(512, 1024)  # a forward working buffer bigger than anything after
+        out = model(x + scratch[:, :64])
+        del scratch
+        t.mark_activations()
+        out.sum().backward()
+    tracked_report = t.report()
+    assert tracked_report.by_category["gradients"] == 0 and tracked_report.phase_peaks  # peaked in forward
+    assert sum(p.grad.numel() for p in model.parameters()) > 0  # ... though gradients exist now
+    record = allocator_report(tracked_report.peak_bytes + 4096, 2**20, tracked_report).to_record()
+    assert record["peak_memory_bytes"] == tracked_report.peak_bytes + 4096
+    assert record["peak_memory_gradients_bytes"] == 0
+    assert record["peak_memory_untracked_bytes"] == 4096
+    assert record["peak_memory_tracked_bytes"] == tracked_report.peak_bytes
+    assert record["peak_memory_reserved_bytes"] == 2**20 and record["peak_memory_method"] == "cuda-allocator"
 
 
 def test_registered_tensors_count_once() -> None:

@@ -55,10 +55,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_common_run_args(p)
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("gpu-check", help="every GPU-only path on one GPU, one JSON report (make gpu-check)")
+    p = sub.add_parser(
+        "gpu-check", help="every GPU-only path on every GPU of this node, a record per check (make gpu-check)"
+    )
     p.add_argument("--out", type=Path, default=Path("results/gpu_check"))
     p.add_argument("--device", choices=DEVICES, default="cuda")
-    p.add_argument("--quick", action="store_true", help="tiny model (for CPU smoke runs)")
+    p.add_argument("--quick", action="store_true", help="tiny model (CPU smoke runs: 2 gloo ranks)")
     p.set_defaults(func=cmd_gpu_check)
 
 
@@ -251,15 +253,10 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     output_path(args.out, "--out", folder=True)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device here; use --device cpu --quick for a smoke run")
-    report = run(args.device, args.quick, args.out)
-    print(json.dumps({k: report[k] for k in ("offset_attention_rel_err", "seconds", "path")}, indent=2))
-    for p in report["strategies"]:
-        err, terr = p.get("predicted_memory_error"), p.get("predicted_step_time_error")
-        err_text = f"{err:+.1%}" if isinstance(err, float) else "-"
-        time_text = f"{terr:+.1%}" if isinstance(terr, float) else "-"
-        print(
-            f"  {p['strategy']:<6} {p['status']:<10} peak {p.get('peak_memory_bytes') or 0:>14,} B "
-            f"(predicted {err_text}), step {(p.get('step_time_s') or 0) * 1e3:8.1f} ms "
-            f"(predicted {time_text})"
-        )
-    return 0
+    summary = run(args.device, args.quick, args.out)
+    width = max(len(c["name"]) for c in summary["checks"])
+    print(f"gpu-check on {summary['device']}, {summary['world']} rank(s), {summary['seconds']:.0f} s")
+    for c in summary["checks"]:
+        print(f"  {c['name']:<{width}}  {c['status']:<8}  {c['summary']}")
+    print(f"records: {summary['path']}")
+    return 1 if any(c["status"] == "failed" for c in summary["checks"]) else 0

@@ -1,18 +1,32 @@
-"""The GPU check: one command for a machine with a GPU, under five minutes, one JSON report.
+"""The GPU check: every path only a GPU node can exercise, on every GPU of the node, one command.
 
     tspbench gpu-check --out results/gpu_check        (or: make gpu-check)
 
-1. ``calibrate``: achievable bf16 GEMM and flash-attention rates and HBM bandwidth.
-2. Bottom-right causal attention on the flash path (a query chunk at an offset inside a longer
-   key prefix, what sequence-parallel strategies run): forward and gradients against the
-   rows of a full causal attention, in bf16.
-3. Every registered strategy at world size 1 on CUDA in bf16 on a few layers of the paper's 7B
-   at 32K tokens (after checking SDPA restricted to FLASH_ATTENTION runs those shapes): the
-   allocator's peak next to the analytic model's prediction, and the measured step time next to
-   the time model's prediction from step 1's calibration (written beside the report).
+Each check writes one JSON record into the run's folder (``gpu_check_<device>_<time>/``) and one
+row of its summary (``summary.json``, ``summary.md``, and the table the command prints):
 
-``--device cpu --quick`` runs the same code on a tiny model on CPU (what the test suite does, so
-the script cannot rot on machines without a GPU).
+    attention    one GPU: a query chunk at an offset (the split into an unmasked key prefix and
+                 a causal square, tspbench.model.layers) in bf16, o, dq, dk, dv against float32
+                 causal attention over the whole sequence: within 2e-2 (bf16 keeps 8 bits of
+                 mantissa; the error of a 2,048-key softmax and its sums is ~1e-2)
+    calibrate    the node: the profile (GEMM, attention, HBM, collectives) the steps below are
+                 predicted from, written beside the records
+    validate/S   every strategy on W GPUs (NCCL), bf16 training: loss, logits and every gradient
+                 on every rank against the single-device reference within 2e-2 (validate's bf16
+                 tolerance), and the collectives counted and dispatched equal the analytic count
+    overlap/tsp  TSP on W GPUs, one point timed with its weight transfers async and blocking:
+                 the time the overlap saves (measured, no pass mark)
+    memory/S     every strategy on W GPUs, the paper's 7B cut to 4 layers at 32K tokens, bf16
+                 training: max_memory_allocated against the fake world's peak for the same
+                 point (it must lie between it and 15% above: the fake world counts every live
+                 tensor; the allocator adds its rounding, kernel workspaces and NCCL buffers),
+                 reserved beside it, comm bytes equal to the model's, step time beside the time
+                 model's (from the calibration above)
+
+W is the largest power of two of GPUs visible (at most 8). On one GPU the checks that need a
+group (validate, overlap) are skipped and say so; memory runs at world 1. ``--device cpu
+--quick`` runs every check on 2 gloo ranks with the tiny model in float32 (the test suite does,
+so the script cannot rot on machines without a GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +34,8 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -31,12 +46,112 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
 from tspbench.measure.calibrate import calibrate
 from tspbench.measure.env import environment
+from tspbench.measure.fake import fake_bench
+from tspbench.measure.validate import TOLERANCE, validate
 from tspbench.model.layers import causal_attention
-from tspbench.strategy import iter_strategies
+from tspbench.strategy import iter_strategies, layout_for
+
+ATTENTION_TOLERANCE = {"cuda": 2e-2, "cpu": 1e-10}  # bf16 on a GPU; float64 on CPU
+ALLOCATOR_EXCESS = 0.15  # allocated may exceed the fake world's live tensors by this much
 
 
-def offset_attention_check(device: str, dtype: torch.dtype) -> dict[str, float]:
-    """Max relative error of o, dq, dk, dv for a query chunk at an offset (Sq < Sk)."""
+@dataclass
+class Check:
+    """One check's outcome: passed, failed, skipped (with the reason) or measured (no pass mark)."""
+
+    name: str
+    status: str
+    summary: str
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the run covers: the device, the world of the group checks, the two workloads."""
+
+    device: str
+    world: int
+    validate: Workload
+    memory: Workload
+
+
+def plan(device: str, quick: bool) -> Plan:
+    if device == "cpu" or quick:
+        tiny = Workload(ModelConfig.preset("tiny"), 1, 256, "train", "none", "float32", device)
+        return Plan(device, 2 if device == "cpu" else _world(), tiny, tiny.with_(seq_len=1024))
+    seven_b = replace(ModelConfig.preset("7b"), n_layers=4, name="7b-4layers")
+    small = Workload(ModelConfig.preset("small"), 1, 512, "train", "none", "bfloat16", device)
+    return Plan(device, _world(), small, Workload(seven_b, 1, 32768, "train", "none", "bfloat16", device))
+
+
+def _world() -> int:
+    """The largest power of two of the visible GPUs, at most 8."""
+    count = min(torch.cuda.device_count(), 8)
+    return 1 << (count.bit_length() - 1) if count else 0
+
+
+def run(device: str, quick: bool, out: Path) -> dict[str, object]:
+    """Every check in turn (one failing never hides the others); the summary, with where it is."""
+    p = plan(device, quick)
+    folder = out / f"gpu_check_{device}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    profile = folder / "profile.yaml"
+    checks = [guarded("attention", lambda: attention_check(device))]
+    checks.append(guarded("calibrate", lambda: calibrate_check(p, quick, profile)))
+    hardware = str(profile) if profile.exists() else None
+    for cls in iter_strategies():
+        checks.append(guarded(f"validate/{cls.name}", lambda cls=cls: validate_check(p, cls.name)))
+    checks.append(guarded("overlap/tsp", lambda: overlap_check(p, hardware)))
+    for cls in iter_strategies():
+        checks.append(guarded(f"memory/{cls.name}", lambda cls=cls: memory_check(p, cls.name, hardware)))
+    for check in checks:
+        (folder / f"{check.name.replace('/', '_')}.json").write_text(
+            json.dumps(asdict(check), indent=2, default=str)
+        )
+    summary = {
+        "device": device,
+        "world": p.world,
+        "environment": environment(device),
+        "seconds": time.perf_counter() - start,
+        "checks": [{k: v for k, v in asdict(c).items() if k != "details"} for c in checks],
+        "path": str(folder),
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (folder / "summary.md").write_text(summary_table(checks))
+    return summary
+
+
+def guarded(name: str, check: Callable[[], Check]) -> Check:
+    """The check's outcome; a check that raises is a failed row with its traceback, not a crash."""
+    try:
+        return check()
+    except Exception as exc:
+        return Check(
+            name, "failed", f"raised {type(exc).__name__}: {exc}"[:200], {"traceback": traceback.format_exc()}
+        )
+
+
+def summary_table(checks: list[Check]) -> str:
+    rows = ["| check | status | result |", "|---|---|---|"]
+    rows += [f"| {c.name} | {c.status} | {c.summary} |" for c in checks]
+    return "\n".join(rows) + "\n"
+
+
+# ----------------------------------------------------------------------------- the checks
+
+
+def attention_check(device: str) -> Check:
+    errors = offset_attention_errors(device, torch.bfloat16 if device == "cuda" else torch.float64)
+    tol = ATTENTION_TOLERANCE[device]
+    worst = max(errors.values())
+    status = "passed" if worst <= tol else "failed"
+    return Check("attention", status, f"worst rel. error {worst:.1e} (tolerance {tol:g})", errors)
+
+
+def offset_attention_errors(device: str, dtype: torch.dtype) -> dict[str, float]:
+    """Relative errors of o, dq, dk, dv for a query chunk at an offset (Sq < Sk), against the
+    matching rows of causal attention over the whole sequence in float32 (float64 on CPU)."""
     torch.manual_seed(0)
     b, heads, sk, sq, d = 1, 8, 2048, 512, 128 if device == "cuda" else 32
     q = torch.randn(b, heads, sq, d, device=device, dtype=dtype, requires_grad=True)
@@ -44,93 +159,87 @@ def offset_attention_check(device: str, dtype: torch.dtype) -> dict[str, float]:
     grad = torch.randn(b, heads, sq, d, device=device, dtype=dtype)
     out = causal_attention(q, k, v)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
-    full_q = torch.zeros(b, heads, sk, d, device=device, dtype=torch.float32)
-    full_q[:, :, sk - sq :] = q.detach().float()
-    qf, kf, vf = (t.detach().float().requires_grad_() for t in (full_q, k, v))
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    full_q = torch.zeros(b, heads, sk, d, device=device, dtype=wide)
+    full_q[:, :, sk - sq :] = q.detach().to(wide)
+    qf, kf, vf = (t.detach().to(wide).requires_grad_() for t in (full_q, k, v))
     ref = F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)[:, :, sk - sq :]
-    rq, rk, rv = torch.autograd.grad(ref, (qf, kf, vf), grad.float())
+    rq, rk, rv = torch.autograd.grad(ref, (qf, kf, vf), grad.to(wide))
 
     def rel(a: torch.Tensor, b_: torch.Tensor) -> float:
-        return float((a.detach().float() - b_.detach()).norm() / b_.detach().norm())
+        return float((a.detach().to(wide) - b_.detach()).norm() / b_.detach().norm())
 
     return {"o": rel(out, ref), "dq": rel(dq, rq[:, :, sk - sq :]), "dk": rel(dk, rk), "dv": rel(dv, rv)}
 
 
-def workload_of(device: str, quick: bool) -> Workload:
-    if quick:
-        return Workload(ModelConfig.preset("tiny"), 1, 1024, "train", "none", "float32", device)
-    model = replace(ModelConfig.preset("7b"), n_layers=4, name="7b-4layers")
-    return Workload(model, 1, 32768, "train", "none", "bfloat16", device)
-
-
-def strategy_points(device: str, quick: bool) -> list[tuple[Layout, Workload]]:
-    workload = workload_of(device, quick)
-    return [(Layout(cls.name), workload) for cls in iter_strategies()]
-
-
-def run(device: str, quick: bool, out: Path) -> dict[str, object]:
-    report: dict[str, object] = {"environment": environment(device), "device": device, "quick": quick}
-    start = time.perf_counter()
-    workload = workload_of(device, quick)
-    calibration = calibrate(ranks=1, model=workload.model, seq_len=workload.seq_len, quick=quick)
-    report["calibration"], report["calibration_warnings"] = calibration.profile, calibration.warnings
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    profile = out / f"gpu_check_{device}_{stamp}_profile.yaml"  # each step predicted from it
+def calibrate_check(p: Plan, quick: bool, profile: Path) -> Check:
+    ranks = max(p.world, 1)
+    calibration = calibrate(ranks=ranks, model=p.memory.model, seq_len=p.memory.seq_len, quick=quick)
     profile.write_text(yaml.safe_dump(calibration.profile, sort_keys=False))
-    dtype = torch.bfloat16 if device == "cuda" else torch.float64
-    report["offset_attention_rel_err"] = offset_attention_check(device, dtype)
-    if device == "cuda":
-        report["flash_attention_runs"] = flash_probe(workload_of(device, quick))
-    points = []
-    for layout, workload in strategy_points(device, quick):
-        try:
-            record = bench(layout, workload, steps=3, warmup=1, timeout=600, hardware=str(profile))
-        except Exception as exc:  # a broken strategy must not hide the others' results
-            record = {"strategy": layout.strategy, "status": "failed", "error": traceback.format_exc(limit=3)}
-            record["exception"] = str(exc)
-        points.append({k: record.get(k) for k in KEEP})
-    report["strategies"] = points
-    report["seconds"] = time.perf_counter() - start
-    path = out / f"gpu_check_{device}_{stamp}.json"
-    path.write_text(json.dumps(report, indent=2, default=str))
-    report["path"] = str(path)
-    return report
+    c = calibration.profile
+    summary = f"GEMM {c['gemm_tflops']:.3g} TFLOP/s, HBM {c['hbm_bandwidth_gbs']:.4g} GB/s on {ranks} rank(s)"
+    return Check("calibrate", "passed", summary, {"profile": c, "warnings": calibration.warnings})
 
 
-KEEP = (
-    "strategy",
-    "model",
-    "seq_len",
-    "dtype",
-    "status",
-    "error",
-    "step_time_s",
-    "tokens_per_s_per_gpu",
-    "tflops_per_gpu",
-    "peak_memory_bytes",
-    "peak_memory_reserved_bytes",
-    "predicted_peak_memory_bytes",
-    "predicted_memory_error",
-    "predicted_step_time_s",
-    "predicted_step_time_error",
-    "predicted_compute_s",
-    "predicted_comm_exposed_s",
-    "hardware_flops_per_step_per_gpu",
-    "predicted_hardware_flops_per_gpu",
-)
+def validate_check(p: Plan, strategy: str) -> Check:
+    name = f"validate/{strategy}"
+    if p.world < 2:
+        return Check(name, "skipped", "needs 2 or more GPUs: a group's NCCL collectives")
+    cls = next(c for c in iter_strategies() if c.name == strategy)
+    layout = layout_for(cls, p.world)
+    result = validate(layout, p.validate, modes=("train",), timeout=900)
+    errors = result["max_rel_err"]
+    status = "passed" if result["passed"] else "failed"
+    summary = (
+        f"{layout.describe()}: worst rel. error {max(errors.values()):.1e} "
+        f"(tolerance {TOLERANCE[p.validate.dtype]:g}); collectives = analytic: "
+        f"{result['comm_matches_analytic'] and result['comm_matches_dispatch']}"
+    )
+    return Check(name, status, summary, result)
 
 
-def flash_probe(workload: Workload) -> bool:
-    """SDPA restricted to the flash kernel runs the strategies' attention shapes. Flash is SDPA's
-    first choice, so the ranks (other processes, unrestricted) take it too."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def overlap_check(p: Plan, hardware: str | None) -> Check:
+    if p.world < 2:
+        return Check("overlap/tsp", "skipped", "needs 2 or more GPUs: TSP's weight transfers")
+    layout = Layout("tsp", tsp=p.world)
+    timed = {
+        overlap: bench(layout, p.memory.with_(overlap=overlap), steps=5, warmup=2, hardware=hardware)
+        for overlap in (True, False)
+    }
+    if any(r["status"] != "completed" for r in timed.values()):
+        return Check("overlap/tsp", "failed", "a run did not complete", {str(k): v for k, v in timed.items()})
+    on, off = timed[True]["step_time_s"], timed[False]["step_time_s"]
+    summary = (
+        f"{layout.describe()}: step {on:.4g} s overlapped, {off:.4g} s blocking ({1 - on / off:+.1%} saved)"
+    )
+    return Check("overlap/tsp", "measured", summary, {"overlapped": timed[True], "blocking": timed[False]})
 
-    cfg = workload.model
-    q = torch.randn(1, cfg.n_heads, 1024, cfg.head_dim, device="cuda", dtype=torch.bfloat16)
-    try:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            F.scaled_dot_product_attention(q, q, q, is_causal=True)
-        return True
-    except RuntimeError:
-        return False
+
+def memory_check(p: Plan, strategy: str, hardware: str | None) -> Check:
+    name = f"memory/{strategy}"
+    cls = next(c for c in iter_strategies() if c.name == strategy)
+    layout = layout_for(cls, max(p.world, 1))
+    measured = bench(layout, p.memory, steps=3, warmup=1, timeout=900, hardware=hardware)
+    if measured["status"] != "completed":
+        return Check(name, "failed", f"{layout.describe()}: {measured['status']}", {"measured": measured})
+    fake = fake_bench(layout, p.memory) if cls.fake_world_obstacle(layout, p.memory) is None else None
+    allocated, reserved = measured["peak_memory_bytes"], measured.get("peak_memory_reserved_bytes")
+    comm_equal = measured["comm_bytes_per_step"] == measured["predicted_comm_bytes_per_step"]
+    details = {"measured": measured, "fake": fake, "comm_equals_model": comm_equal}
+    if fake is None or fake["status"] != "completed":
+        return Check(
+            name,
+            "measured",
+            f"{layout.describe()}: {allocated / 2**30:.2f} GiB allocated; no fake world",
+            details,
+        )
+    executed = fake["peak_memory_bytes"]
+    excess = allocated / executed - 1
+    ok = 0 <= excess <= ALLOCATOR_EXCESS and comm_equal
+    predicted = measured.get("predicted_step_time_s") or float("nan")
+    summary = (
+        f"{layout.describe()}: allocated {allocated / 2**30:.2f} GiB, fake world {executed / 2**30:.2f} "
+        f"({excess:+.1%}), reserved {(reserved or 0) / 2**30:.2f}; comm = model: {comm_equal}; "
+        f"step {measured['step_time_s']:.3g} s (model {predicted:.3g})"
+    )
+    return Check(name, "passed" if ok else "failed", summary, details)

@@ -191,27 +191,23 @@ class RankRun:
 
     def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
         """One step with collectives counted (tspbench's own as issued, torch's wrappers' at
-        dispatch level) and peak memory measured (the CPU tracker, the allocator on CUDA; the
-        dispatch tracker in a fake world)."""
+        dispatch level) and peak memory measured (the dispatch tracker; on a GPU the allocator's
+        peak beside it)."""
         with comm.counting() as log, C10dCounter(log, self.mesh.labels()) as c10d:
-            if self.device.type == "cuda" and not self.fake:
-                with CudaPeak(self.device) as peak:
-                    out = self.step()
-                memory = peak.report(persistent_bytes(self.model, self.optimizer))
-                if isinstance(out, DecodeOutput):  # the allocator saw the cache as any other tensor
-                    memory.by_category["kv_cache"] = out.cache_bytes
-                    memory.by_category["other"] = max(0, memory.by_category["other"] - out.cache_bytes)
-            else:
-                with MemoryTracker(capacity_bytes) as tracker:
-                    tracker.register_model(self.model, self.optimizer)
-                    tracker.register(self.strategy.resident_tensors(), "other")
-                    tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
-                    tracker.reset_peak()
-                    out = self.step(tracker)
-                memory = tracker.report()
+            with self._allocator_peak() as peak, MemoryTracker(capacity_bytes) as tracker:
+                tracker.register_model(self.model, self.optimizer)
+                tracker.register(self.strategy.resident_tensors(), "other")
+                tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
+                tracker.reset_peak()
+                out = self.step(tracker)
+            memory = tracker.report() if peak is None else peak.report(tracker.report())
         loss = out.item() if self.train and not self.fake else None
         state = persistent_bytes(self.model, self.optimizer)
         return StepMeasurement(loss, list(log.records), memory, out, state, c10d.records)
+
+    def _allocator_peak(self) -> CudaPeak | nullcontext:
+        """On a real GPU the allocator's peak (the tracker gives the categories beside it)."""
+        return CudaPeak(self.device) if self.device.type == "cuda" and not self.fake else nullcontext()
 
     def counted_flops(self) -> int:
         """FLOPs of one step on this rank, by torch's FlopCounterMode. A step of its own: the

@@ -1,6 +1,7 @@
 """Peak memory of a measured region, per rank, with a breakdown by category.
 
-CUDA: the caching allocator's peaks (allocated and reserved), reset per window.
+CUDA: the caching allocator's peaks (allocated and reserved), reset per window, with the
+categories at the peak from the dispatch tracker below, run beside it (``CudaPeak``).
 
 CPU: a dispatch-level tracker, exact for what it sees. Every op's output storages (issued in
 the thread that entered the tracker) are recorded by storage
@@ -75,6 +76,7 @@ class MemoryReport:
     method: str = "cpu-dispatch"
     phase: str = ""  # the step phase (forward, backward, optimizer) the peak fell in
     phase_peaks: dict[str, int] = field(default_factory=dict)  # the highest live total in each phase
+    tracked_bytes: int | None = None  # CUDA: the dispatch tracker's peak beside the allocator's
 
     def to_record(self, prefix: str = "peak_memory") -> dict[str, object]:
         record: dict[str, object] = {
@@ -88,6 +90,9 @@ class MemoryReport:
             record[f"{prefix}_in_{phase}_bytes"] = nbytes
         if self.reserved_bytes is not None:
             record[f"{prefix}_reserved_bytes"] = self.reserved_bytes
+        if self.tracked_bytes is not None:
+            record[f"{prefix}_tracked_bytes"] = self.tracked_bytes
+            record[f"{prefix}_untracked_bytes"] = self.peak_bytes - self.tracked_bytes
         return record
 
 
@@ -344,7 +349,15 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
 
 
 class CudaPeak:
-    """Allocator peaks on CUDA: allocated (what tensors hold) and reserved (what the cache holds)."""
+    """Allocator peaks on CUDA - allocated (what tensors hold) and reserved (what the cache holds)
+    - with the categories taken at the peak by a dispatch tracker run beside the allocator.
+
+    The allocator knows how much, not what: its peak is the record's peak, and the tracker's
+    categories are what was live at the tracker's own peak (the same moment, up to what the
+    tracker cannot see). ``tracked_bytes`` is the tracker's peak; the allocator's excess over it
+    (cuBLAS and flash workspaces, NCCL buffers, allocation rounding) is recorded apart as
+    ``peak_memory_untracked_bytes``, never spread over the categories.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -357,13 +370,23 @@ class CudaPeak:
     def __exit__(self, *exc: object) -> None:
         torch.cuda.synchronize(self.device)
 
-    def report(self, persistent: dict[str, int]) -> MemoryReport:
-        peak = torch.cuda.max_memory_allocated(self.device)
-        reserved = torch.cuda.max_memory_reserved(self.device)
-        breakdown = dict(persistent)
-        breakdown["activations"] = 0
-        breakdown["other"] = max(0, peak - sum(persistent.values()))
-        return MemoryReport(peak, breakdown, reserved, "cuda-allocator")
+    def report(self, tracked: MemoryReport) -> MemoryReport:
+        return allocator_report(
+            torch.cuda.max_memory_allocated(self.device), torch.cuda.max_memory_reserved(self.device), tracked
+        )
+
+
+def allocator_report(allocated: int, reserved: int, tracked: MemoryReport) -> MemoryReport:
+    """The allocator's peaks with the tracker's categories, phase and per-phase peaks at its peak."""
+    return MemoryReport(
+        allocated,
+        dict(tracked.by_category),
+        reserved,
+        "cuda-allocator",
+        tracked.phase,
+        dict(tracked.phase_peaks),
+        tracked_bytes=tracked.peak_bytes,
+    )
 
 
 def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:

@@ -86,7 +86,7 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
     out: dict = {"rank": dist.get_rank() if dist.is_initialized() else 0}
     if workload.mode == "train":
         with torch.no_grad():
-            out["logits"] = run.strategy.full_logits(run.strategy.logits(run.model, run.batch))
+            out["logits"] = run.strategy.full_logits(run.strategy.logits(run.model, run.batch)).cpu()
         first = run.measured_step()
         out.update(
             loss=first.loss,
@@ -98,12 +98,12 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
     elif workload.mode == "decode":
         first = steady = run.measured_step()
         s, decoded = run.strategy, first.output
-        out["tokens"] = torch.stack([s.gather_decoded(t[:, 0], prefill=False) for t in decoded.tokens])
+        out["tokens"] = torch.stack([s.gather_decoded(t[:, 0], prefill=False) for t in decoded.tokens]).cpu()
         logits = [s.gather_decoded(x, prefill=i == 0) for i, x in enumerate(decoded.logits)]
-        out["logits"] = torch.stack(logits)  # [N + 1, dp B, V]
+        out["logits"] = torch.stack(logits).cpu()  # [N + 1, dp B, V]
     else:
         first = steady = run.measured_step()
-        out["logits"] = run.strategy.full_logits(first.output)
+        out["logits"] = run.strategy.full_logits(first.output).cpu()
     out.update(
         comm=first.comm,
         c10d=first.c10d,
@@ -114,7 +114,8 @@ def _rank_validate(layout: Layout, workload: Workload) -> dict:
 
 
 def _copies(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {name: t.clone() for name, t in tensors.items()}
+    """Own CPU copies (they go back to the parent by pickle; replicated ones are views)."""
+    return {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
 
 
 def worst_over_ranks(ranks: list[dict], key: str, reference: dict[str, Tensor]) -> tuple[float, str]:
@@ -138,7 +139,9 @@ def validate_mode(layout: Layout, workload: Workload, timeout: float = 600.0) ->
             ref_logits = reference.logits()
         if workload.mode == "train":
             ref_loss = reference.train_step()
-    ranks = launch(_rank_validate, layout.world_size, layout, workload, timeout=timeout)
+    ranks = launch(
+        _rank_validate, layout.world_size, layout, workload, device=workload.device, timeout=timeout
+    )
     if workload.mode == "decode":  # the worst step's logits
         errors = {
             "logits": max(rel_err(x, y) for r in ranks for x, y in zip(r["logits"], ref_logits, strict=True))

@@ -4,7 +4,7 @@
     placement.py   Piece, Placement: which slice of which reference weight a rank holds
     traffic.py     Traffic: the collectives a strategy declares, and what recomputation repeats
     registry.py    register, get_strategy, available, iter_strategies, check_layout,
-                   check_fake_world
+                   check_fake_world, layout_for
 
 The built-in plugins live in the repository's top-level strategies/ folder, installed as
 ``tspbench.strategies``; third-party ones register through the ``tspbench.strategies``
@@ -20,12 +20,13 @@ from tspbench.strategy.registry import (
     check_layout,
     get_strategy,
     iter_strategies,
+    layout_for,
     register,
 )
 from tspbench.strategy.traffic import Traffic, with_recomputation
 
 __all__ = [
     "LocalBatch", "Piece", "Placement", "Strategy", "Traffic", "Workload", "available", "check_fake_world",
-    "check_layout",
-    "divisible", "get_strategy", "iter_strategies", "reference_shape", "register", "with_recomputation",
+    "check_layout", "divisible", "get_strategy", "iter_strategies", "layout_for", "reference_shape",
+    "register", "with_recomputation",
 ]  # fmt: skip

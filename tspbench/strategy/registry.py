@@ -50,6 +50,18 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def layout_for(cls: type[Strategy], world: int) -> Layout:
+    """A layout of ``world`` ranks (a power of two) for any strategy: its axes, innermost first,
+    take the factors of two in turn (dp for a strategy without axes of its own)."""
+    if world < 1 or world & (world - 1):
+        raise LayoutError(f"a layout for {cls.name!r} needs a power-of-two world, got {world}")
+    axes = list(cls.axes) or ["dp"]
+    degrees = dict.fromkeys(axes, 1)
+    for i in range(world.bit_length() - 1):
+        degrees[axes[-1 - i % len(axes)]] *= 2
+    return Layout(cls.name, **degrees)
+
+
 def get_strategy(name: str) -> type[Strategy]:
     _load()
     if name not in _REGISTRY:
