@@ -6,7 +6,6 @@ these tests take milliseconds and can count exactly which points were executed.
 
 from __future__ import annotations
 
-import io
 import json
 import multiprocessing as mp
 import os
@@ -19,11 +18,11 @@ import pytest
 import yaml
 
 from tspbench.core.names import FINAL_STATUSES
+from tspbench.core.progress import Progress
 from tspbench.sweep.damage import DamagedResults
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.local import run_local
 from tspbench.sweep.points import Point, expand
-from tspbench.sweep.progress import Progress
 from tspbench.sweep.run import select
 from tspbench.sweep.store import Store, load, locked, read_json, status_table, write_atomic, write_tables
 
@@ -63,7 +62,7 @@ class Fake:
 
 def sweep(points: list[Point], store: Store, fake: Fake, retry_failed: bool = False) -> None:
     todo = select(points, store, retry_failed)
-    run_local(todo, store, fake, "fake", Progress(len(todo), io.StringIO()))
+    run_local(todo, store, fake, "fake", Progress())
 
 
 def test_write_atomic_never_leaves_a_torn_file(tmp_path: Path, monkeypatch) -> None:
@@ -279,7 +278,7 @@ def test_damaged_files_are_named_listed_and_moved_aside_before_a_rerun(
     for path, text in damage.items():
         (kept,) = path.parent.glob(f"corrupt-*/{path.name}")
         assert kept.read_text() == text
-    run_local(todo, store, fake, "fake", Progress(len(todo), io.StringIO()))
+    run_local(todo, store, fake, "fake", Progress())
     assert len(fake.calls) == 4 and list(load(store.root)["status"]) == ["completed"] * 4
 
 

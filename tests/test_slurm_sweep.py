@@ -15,7 +15,6 @@ Run: ``pytest -m slurm tests/test_slurm_sweep.py -v -s`` (``-s`` shows the measu
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -29,11 +28,11 @@ import yaml
 from slurm_cluster import running_cluster
 
 from tools.slurm_local import LocalSlurmCluster
+from tspbench.core.progress import Progress
 from tspbench.sweep import slurm
 from tspbench.sweep.cluster import load_profile
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.points import expand
-from tspbench.sweep.progress import Progress
 from tspbench.sweep.run import select
 from tspbench.sweep.store import Store, load, read_json
 
@@ -165,7 +164,7 @@ def test_a_job_that_can_never_start_fails_at_once(
     store = Store(tmp_path / "results" / "never")
     select(points, store, False)
     t0 = time.monotonic()
-    slurm.run_slurm(points, store, load_profile("local"), Progress(1, io.StringIO()))
+    slurm.run_slurm(points, store, load_profile("local"), Progress())
     elapsed = time.monotonic() - t0
     status = store.status(points[0].run_id)
     print(f"[slurm sweep] a job that can never start: failed after {elapsed:.1f} s")

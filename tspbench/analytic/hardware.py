@@ -70,14 +70,39 @@ class Hardware:
     sync_us: dict[int, dict[float, float]] = field(default_factory=dict)  # ranks -> {chunk us: wait us}
     collectives: list[Collective] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
+    # the timeline's per-op terms (tspbench.analytic.timeline); calibrate measures them on a
+    # profiled single-device step (tspbench.measure.opcosts)
+    op_overhead_us: float = 0.0  # per op with a kernel: CPU dispatch; GPU kernel launch and tail
+    host_overhead_us: float = 0.0  # per op, outside its kernel (Python, autograd); 0: the host runs ahead
+    step_gemm_tflops: float | None = None  # the model's own GEMMs in a profiled step (else gemm_tflops)
+    elementwise_by_op: dict[str, float] = field(default_factory=dict)  # op name -> GB/s (else HBM)
+    # compute that overlaps a collective on the rank's link is slowed by this fraction of the overlap
+    # (timeline); None: 1 - overlap_efficiency (on CPU the transfer needs the cores the compute has)
+    comm_compute_slowdown: float | None = None
     elementwise_passes: dict[str, float] = field(default_factory=lambda: dict(ASSUMED_PASSES))
+    # What the caching allocator reserves beyond the peak of allocated memory, as a fraction of
+    # it: the fake world and the model give allocated (live tensors); published runs often give
+    # reserved (torchtitan logs max_reserved). 0: the profile assumes nothing is added.
+    reserved_overhead_fraction: float = 0.0
     description: str = ""
     sources: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
 
     @property
+    def comm_slowdown(self) -> float:
+        """How much a collective on the rank's link slows its concurrent compute (timeline)."""
+        if self.comm_compute_slowdown is not None:
+            return self.comm_compute_slowdown
+        return 1.0 - self.overlap_efficiency
+
+    @property
     def usable_bytes(self) -> int:
         return int(self.memory_bytes * self.usable_memory_fraction)
+
+    def reserved_bytes(self, allocated: float) -> float:
+        """What the caching allocator would hold (reserved) for a step whose live tensors peak
+        at ``allocated``, as this profile assumes."""
+        return allocated * (1 + self.reserved_overhead_fraction)
 
     def causal_tflops(self, side: int = 0) -> float:
         """Square causal calls of ``side`` tokens: a flash kernel skips the masked half of the
@@ -205,16 +230,19 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     if missing:
         raise _BadField(f"missing key(s) {missing}")
     values = dict(data)
-    for key in (*RATES, "memory_bytes", "usable_memory_fraction", "overlap_efficiency"):
+    zero_ok = ("attention_causal_tflops", "overlap_efficiency", "reserved_overhead_fraction")
+    for key in (*RATES, "memory_bytes", "usable_memory_fraction", *zero_ok):
         if key in values:
-            values[key] = _number(
-                key, values[key], positive=key not in ("attention_causal_tflops", "overlap_efficiency")
-            )
+            values[key] = _number(key, values[key], positive=key not in zero_ok)
     for key in ("gpus_per_node", "cores_per_node"):
         if values.get(key) is not None:
             values[key] = int(_number(key, values[key], positive=True))
-    for key in ("usable_memory_fraction", "overlap_efficiency"):
-        if key in values and values[key] > 1:
+    values["elementwise_by_op"] = _rates("elementwise_by_op", values.get("elementwise_by_op"))
+    for key in ("op_overhead_us", "host_overhead_us", "step_gemm_tflops", "comm_compute_slowdown"):
+        if values.get(key) is not None:
+            values[key] = _number(key, values[key], positive=False)
+    for key in ("usable_memory_fraction", "overlap_efficiency", "comm_compute_slowdown"):
+        if values.get(key) is not None and values[key] > 1:
             raise _BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
     for key in ("contention", "attention_contention"):
         values[key] = _table(key, values.get(key))
@@ -239,6 +267,15 @@ def _table(key: str, entry: Any, positive: bool = True) -> dict[int, float]:
         int(_number(f"{key} key", k, positive=True)): _number(f"{key}.{k}", v, positive=positive)
         for k, v in entry.items()
     }
+
+
+def _rates(key: str, entry: Any) -> dict[str, float]:
+    """A mapping of names to positive numbers (empty when absent)."""
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict):
+        raise _BadField(f"{key}: expected a mapping of op names to GB/s, got {entry!r}")
+    return {str(k): _number(f"{key}.{k}", v, positive=True) for k, v in entry.items()}
 
 
 def _sync_table(entry: Any) -> dict[int, dict[float, float]]:

@@ -20,7 +20,7 @@ from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.timing import StepTime, step_time
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
-from tspbench.costs.flops import FlopTerms, model_flops_per_step
+from tspbench.costs.flops import FlopTerms, mfu, model_flops_per_step
 from tspbench.costs.memory import MemoryPrediction
 from tspbench.dist.comm import summarize
 from tspbench.strategy import check_layout
@@ -66,9 +66,7 @@ class Prediction:
 
     @property
     def mfu(self) -> float:
-        return self.model_flops / (
-            self.step_time_s * self.layout.world_size * self.hardware.peak_tflops * 1e12
-        )
+        return mfu(self.model_flops, self.step_time_s, self.layout.world_size, self.hardware.peak_tflops)
 
     @property
     def fits(self) -> bool:

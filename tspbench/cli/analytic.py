@@ -16,6 +16,7 @@ from tspbench.analytic.hardware import Hardware, available_hardware, load_hardwa
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
+from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import UsageError
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.records import point_record
@@ -236,7 +237,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     model = ModelConfig.preset(args.model) if args.model else None
     if args.max_seq_len is not None and args.max_seq_len < args.seq_len:
         raise UsageError(f"--max-seq-len: must be >= --seq-len ({args.seq_len}), got {args.max_seq_len}")
-    result = calibrate(args.ranks, model, args.seq_len, args.repeats, args.quick, args.max_seq_len)
+    progress = progress_for(sys.stderr)  # minutes of measuring; stdout keeps the profile alone
+    try:
+        result = calibrate(
+            args.ranks, model, args.seq_len, args.repeats, args.quick, args.max_seq_len, progress
+        )
+    finally:
+        progress.close()
     profile = result.profile
     if args.name:
         profile["name"] = args.name

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
-from tspbench.cli import analytic, decode, measure, report, sweep
+import tspbench
+from tspbench.cli import analytic, backtest, decode, measure, replay, report, sweep
 from tspbench.core.errors import UsageError
 
 EXIT_USAGE = 2
@@ -34,12 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
         "them against a single-device reference, measure them, model them, sweep them locally or on Slurm, "
         "and report.",
     )
+    parser.add_argument("--version", action="version", version=f"tspbench {tspbench.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     measure.add_commands(sub)  # env, validate, bench, gpu-check
     analytic.add_commands(sub)  # predict, plan, calibrate
     decode.add_commands(sub)  # plan-decode
     sweep.add_commands(sub)  # run, status
     report.add_commands(sub)  # report
+    backtest.add_commands(sub)  # backtest
+    replay.add_commands(sub)  # replay
     return parser
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tspbench.cli.args import (
@@ -15,8 +16,10 @@ from tspbench.cli.args import (
     output_path,
     positive_int,
 )
+from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
+from tspbench.core.spec import Layout, Workload
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -51,7 +54,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (>= 0)")
     p.add_argument("--repeats", type=positive_int, default=1)
     p.add_argument("--capacity", type=byte_size, help="simulated device memory on CPU, e.g. 512MiB")
-    p.add_argument("--hardware", default="cpu", help="profile for the predicted step time (default: cpu)")
+    p.add_argument(
+        "--hardware",
+        help="profile the model and the timeline price the step on (default: cpu; mi300x for a "
+        "simulated GPU)",
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        help="write the traced step: a Chrome/Perfetto trace (.json, .json.gz) of its replay, one "
+        "track per rank and lane, or the raw traces (.npz) to replay on another profile",
+    )
     add_common_run_args(p)
     p.set_defaults(func=cmd_bench)
 
@@ -123,16 +136,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     args.device = args.device or ("cuda" if args.fake else "cpu")
     if args.fake_ranks is not None and not args.fake:
         raise UsageError("--fake-ranks needs --fake")
-    layout, workload = layout_and_workload(args, args.mode, args.dtype)
-    if args.fake:
-        from tspbench.measure.fake import fake_bench
+    from tspbench.measure.replayed import default_hardware
 
+    layout, workload = layout_and_workload(args, args.mode, args.dtype)
+    args.hardware = args.hardware or default_hardware(workload)
+    if args.trace is not None:
+        output_path(args.trace, "--trace", folder=False)
+        if workload.mode == "decode":
+            raise UsageError("--trace: a decode run is not traced (train and infer steps are)")
+    if args.fake:
         bad = [r for r in args.fake_ranks or () if r >= layout.world_size]
         if bad:
             raise UsageError(
                 f"--fake-ranks {bad}: the world of {layout.describe()} has {layout.world_size} ranks"
             )
-        record = fake_bench(layout, workload, args.capacity, args.timeout, args.hardware, args.fake_ranks)
+        record = bench_fake(args, layout, workload)
     else:
         from tspbench.measure.bench import bench
 
@@ -145,12 +163,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
             args.capacity,
             args.timeout,
             args.hardware,
+            args.trace,
         )
     if args.json:
         print(json.dumps(record, indent=2, default=str))
     else:
         print_record(record)
     return 0 if record["status"] == "completed" else 1
+
+
+def bench_fake(args: argparse.Namespace, layout: Layout, workload: Workload) -> dict:
+    """``bench --fake``: its ranks run one after another (a 7B rank takes about a minute), so a
+    bar (or a line per rank) on stderr says how far it is; stdout keeps the record alone."""
+    from tspbench.dist.fake_world import FakeWorld
+    from tspbench.measure.fake import default_workers, fake_bench, model_parallel_ranks
+    from tspbench.measure.fake_cuda import preload_env
+
+    ranks = args.fake_ranks if args.fake_ranks is not None else model_parallel_ranks(layout)
+    progress = progress_for(sys.stderr)
+    try:
+        with FakeWorld(default_workers(ranks), preload_env(workload.device), progress) as world:
+            return fake_bench(
+                layout,
+                workload,
+                args.capacity,
+                args.timeout,
+                args.hardware,
+                args.fake_ranks,
+                world,
+                args.trace,
+            )
+    finally:
+        progress.close()
 
 
 def print_record(r: dict) -> None:
@@ -172,6 +216,9 @@ def print_record(r: dict) -> None:
         f"p90 {r['step_time_p90_s'] * 1e3:.1f})"
     )
     print(f"  tokens/s/GPU  {r['tokens_per_s_per_gpu']:10.1f}      TFLOP/s/GPU {r['tflops_per_gpu']:.4f}")
+    if r.get("mfu") is not None:
+        which = r["mfu_peak_source"].split(":")[0]  # the profile, and why that one
+        print(f"  MFU           {r['mfu']:10.1%}      of {r['mfu_peak_tflops']:g} TFLOP/s/GPU, {which}")
     peak, rank = r["peak_memory_bytes"] / 2**20, r["peak_memory_rank"]
     print(f"  peak memory   {peak:10.2f} MiB (max over ranks, rank {rank})")
     for cat in ("parameters", "gradients", "optimizer", "activations", "other"):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from tspbench.cli.args import output_path
+from tspbench.cli.terminal import print_table, progress_for
 from tspbench.core.names import AXES, OK_STATUSES
 from tspbench.core.units import degrees_text
 from tspbench.sweep.damage import RunFiles
@@ -48,11 +49,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_dry_run(sweep, store, args.retry_failed)
         return 0
+    progress = progress_for()
     try:
-        run_sweep(sweep, store, args.retry_failed)
+        run_sweep(sweep, store, args.retry_failed, progress)
     except KeyboardInterrupt:
+        progress.close()
         print(f"\ninterrupted; `{rerun_command(args)}` resumes where it stopped", file=sys.stderr)
         return 130
+    finally:
+        progress.close()  # after an error too: a terminal is left with its bar drawn and a newline
     damaged: list[RunFiles] = []
     frame = write_tables(store.root, damaged)
     print_damaged(damaged)
@@ -106,7 +111,7 @@ def print_dry_run(sweep: Sweep, store: Store, retry_failed: bool) -> None:
     print(f"{len(sweep.points)} points ({todo} would run), executor {sweep.executor}{where}")
     print(f"results: {store.root}")
     if sweep.points:
-        print(dry_run_frame(sweep, store).to_string(index=False))
+        print_table(dry_run_frame(sweep, store))
     for s in sweep.skipped:
         print(f"skipped (invalid): {s.description}: {s.reason}  [{'; '.join(s.origin) or 'base'}]")
 
@@ -137,7 +142,7 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
     ):
         if src in rows:
             table[col] = (pd.to_numeric(rows[src], errors="coerce") * scale).round(1)
-    print(table.to_string(index=False))
+    print_table(table)
     counts = rows["status"].value_counts().to_dict()
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; records in {store.root}/records.csv")
     return 0 if set(counts) <= set(OK_STATUSES) else 1
@@ -152,8 +157,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if table.empty:
         print(f"{path}: no points stored")
         return 0
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(table.to_string(index=False))
+    print_table(table)
     counts = table["status"].value_counts().to_dict()
     print(f"{len(table)} points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     print_damaged(damaged)

@@ -34,6 +34,18 @@ def model_flops_per_step(cfg: ModelConfig, n_seqs: int, seq_len: int, mode: str)
     return factor * n_seqs * forward_flops_per_sequence(cfg, seq_len)
 
 
+# What a record's MFU counts, in its own words (MFU figures are only comparable under one convention).
+MODEL_FLOP_CONVENTION = (
+    "model FLOPs: every matrix multiply of the model, causal attention as half the S x S square "
+    "(Megatron-LM's convention), training 3 x forward, recomputation not counted"
+)
+
+
+def mfu(model_flops: float, step_s: float, world_size: int, peak_tflops: float) -> float:
+    """Model FLOPs utilization: model FLOPs per second per device over the device's peak."""
+    return model_flops / (step_s * world_size * peak_tflops * 1e12)
+
+
 # ----------------------------------------------------------------------------- hardware FLOPs
 
 

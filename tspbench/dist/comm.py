@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -181,13 +182,17 @@ class Pending:
         works: Sequence[dist.Work],
         result: Callable[[], object],
         unstage: Callable[[], None] | None = None,
+        trace_row: int = -1,
     ) -> None:
-        self._works, self._result, self._unstage = works, result, unstage
+        self._works, self._result, self._unstage, self._trace_row = works, result, unstage, trace_row
 
     def wait(self):
         while self._works:  # no loop variable may keep a finished work (and its tensors) alive
             self._works[0].wait()
             self._works = self._works[1:]
+        if self._trace_row >= 0 and _tracer is not None:
+            _tracer.wait(self._trace_row)
+            self._trace_row = -1
         return self._finish()
 
     def future(self) -> torch.futures.Future:
@@ -272,10 +277,11 @@ def _issue(
     ``operands`` are the tensors the c10d call takes, in its order; ``written`` says which of them
     it writes (see ``staging``)."""
     _count(op, group, nbytes)
+    row = _trace_issue(op, group, nbytes, async_op, [operands[i] for i in written])
     if _simulating:
         if simulated is not None:
             simulated()
-        pending = Pending((), result)
+        pending = Pending((), result, trace_row=row)
     else:
         unstage = None
         if _staging and _on_gloo(group):
@@ -286,9 +292,37 @@ def _issue(
         finally:
             _issuing.active = False
         # the Pending holds the only handles on the works: none may outlive its wait
-        pending = Pending(started if isinstance(started, list) else [started], result, unstage)
+        pending = Pending(started if isinstance(started, list) else [started], result, unstage, row)
         del started, operands
     return pending if async_op else pending.wait()
+
+
+class Tracer(Protocol):
+    """What records a step's collectives (tspbench.measure.trace.StepRecorder)."""
+
+    def issue(self, op: str, label: str, ranks: tuple[int, ...], nbytes: int, async_op: bool) -> int: ...
+    def pending(self, row: int, buffers: list[Tensor]) -> None: ...
+    def wait(self, row: int) -> None: ...
+
+
+_tracer: Tracer | None = None
+
+
+def set_tracer(tracer: Tracer | None) -> None:
+    """Report every collective issued (and every wait on one) to ``tracer`` (None: stop)."""
+    global _tracer
+    _tracer = tracer
+
+
+def _trace_issue(op: str, group: Group, nbytes: int, async_op: bool, written: list[Tensor]) -> int:
+    """The tracer's row for this collective (-1 without a tracer); an async one's written buffers
+    are pending until its wait."""
+    if _tracer is None:
+        return -1
+    row = _tracer.issue(op, group.name, group.ranks, nbytes, async_op)
+    if async_op:
+        _tracer.pending(row, written)
+    return row
 
 
 _issuing = threading.local()  # set while a primitive here starts its c10d op (see issued_here)

@@ -17,7 +17,8 @@ Failures are results: the first rank that raises (or a worker that dies) becomes
 naming the rank, its exception and traceback; a rank that takes longer than ``timeout``
 (counted from the previous rank's result) raises LaunchTimeout. A worker left mid-job is
 killed and replaced, and ``close`` (or leaving the ``with`` block) ends every worker, so no
-process is left behind.
+process is left behind. A 7B rank takes about a minute: ``progress`` (a
+tspbench.core.progress.Progress, silent by default) hears each rank as it finishes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore  # also registers the "fake" backend
 
+from tspbench.core.progress import Progress
 from tspbench.dist.launch import LaunchTimeout, RankError
 
 WORKER = "from tspbench.dist.fake_world import worker_main; worker_main()"
@@ -129,9 +131,12 @@ class FakeWorld:
     """``workers`` worker processes kept alive between ``run`` calls. A worker that failed to
     finish a job (timed out, died) is replaced by a fresh one for the next call."""
 
-    def __init__(self, workers: int = 1, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, workers: int = 1, env: dict[str, str] | None = None, progress: Progress | None = None
+    ) -> None:
         self.size, self.env = max(1, workers), dict(env or {})
         self.pool: list[Worker] = []
+        self.progress = progress or Progress()
 
     def __enter__(self) -> FakeWorld:
         return self
@@ -159,8 +164,10 @@ class FakeWorld:
         busy = self.pool[: len(shares)]
         for worker, share in zip(busy, shares, strict=True):
             worker.submit(share, (world_size, fn, args, kwargs))
+        self.progress.start(len(ranks), f"fake world of {world_size:,} ranks")
+        self.progress.update(len(busy), _running(busy))
         try:
-            results = _collect(busy, timeout)
+            results = _collect(busy, timeout, self.progress)
         finally:  # a worker with ranks left is mid-job (or dead): replace it
             for worker in [w for w in busy if w.todo and w in self.pool]:
                 worker.close()
@@ -183,7 +190,13 @@ def run_fake_ranks(
         return world.run(fn, ranks, world_size, *args, timeout=timeout, **kwargs)
 
 
-def _collect(busy: list[Worker], timeout: float) -> dict[int, Any]:
+def _running(busy: list[Worker]) -> str:
+    """'ranks 0, 1 running': the rank each worker is executing now."""
+    now = [w.todo[0] for w in busy if w.todo]
+    return f"rank{'s' if len(now) > 1 else ''} {', '.join(map(str, now))} running" if now else ""
+
+
+def _collect(busy: list[Worker], timeout: float, progress: Progress) -> dict[int, Any]:
     results: dict[int, Any] = {}
     waiting = list(busy)
     deadline = time.monotonic() + timeout
@@ -204,4 +217,6 @@ def _collect(busy: list[Worker], timeout: float) -> dict[int, Any]:
             worker.todo.remove(rank)
             if not worker.todo:
                 waiting.remove(worker)
+            progress.finished("completed", f"rank {rank}")
+            progress.update(len(waiting), _running(waiting))
     return results

@@ -24,11 +24,13 @@ that raises ``failed`` with its traceback, a world that outlives its timeout ``t
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.mfu import mfu_fields
 from tspbench.analytic.predict import predict
 from tspbench.core.errors import WorkloadError
 from tspbench.core.records import busiest_comm, comm_fields, point_record
@@ -37,7 +39,8 @@ from tspbench.core.units import excerpt, percentile
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
 from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
-from tspbench.measure.env import environment
+from tspbench.measure.env import device_name, environment
+from tspbench.measure.replayed import timeline_fields
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
 
@@ -59,7 +62,8 @@ def rank_bench(
     flops = run.counted_flops()  # counts as a warm-up step
     for _ in range(warmup - 1):
         run.step()
-    measured = [run.measured_step(capacity_bytes) for _ in range(MEMORY_STEPS)]
+    # the first tracked step is also traced (tspbench.measure.trace): its replay is the timeline
+    measured = [run.measured_step(capacity_bytes, trace=i == 0) for i in range(MEMORY_STEPS)]
     times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
     rank = dist.get_rank() if dist.is_initialized() else 0
     return {
@@ -71,6 +75,7 @@ def rank_bench(
         "state": measured[-1].state,
         "flops": flops,
         "first_tracked_step": first_tracked_step(warmup, capacity_bytes),
+        "trace": measured[0].trace,
     }
 
 
@@ -134,16 +139,26 @@ def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware
 
 
 def completed_record(
-    layout: Layout, workload: Workload, ranks: list[dict], hardware: str | None = None
+    layout: Layout,
+    workload: Workload,
+    ranks: list[dict],
+    hardware: str | None = None,
+    trace_path: Path | None = None,
 ) -> dict[str, object]:
-    """Status, measurements and the model's predictions of a point whose ranks all returned.
-    The local launcher and Slurm tasks both build their records here."""
+    """Status, measurements, the model's predictions and the traced step's replay (the timeline)
+    of a point whose ranks all returned. The local launcher and Slurm tasks both build their
+    records here."""
     record: dict[str, object] = {
         "status": "completed",
         "error": None,
         **measurement_record(layout, workload, ranks),
     }
     record.update(prediction_fields(layout, workload, record, hardware))
+    record.update(mfu_fields(layout, workload, record, hardware, device_name(workload.device)))
+    traces = [r["trace"] for r in ranks if r.get("trace") is not None]
+    record.update(timeline_fields(layout, workload, traces, hardware, trace_path))
+    if record.get("timeline_step_time_s"):
+        record["timeline_step_time_error"] = record["timeline_step_time_s"] / record["step_time_s"] - 1
     return record
 
 
@@ -168,9 +183,11 @@ def bench(
     capacity_bytes: int | None = None,
     timeout: float = 600.0,
     hardware: str | None = None,
+    trace_path: Path | None = None,
 ) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended). Every name is
-    checked (layout, hardware profile) before any rank starts."""
+    checked (layout, hardware profile) before any rank starts. ``trace_path``: where the traced
+    step goes (.npz, or a Chrome trace .json / .json.gz; see tspbench.measure.replayed)."""
     cls = check_layout(layout, workload)
     load_hardware(hardware or "cpu")
     decode = workload.mode == "decode"
@@ -200,7 +217,7 @@ def bench(
             record.update(status="completed", error=None, **decode_record(layout, workload, ranks))
             record.update(decode_prediction_fields(layout, workload, record, hardware))
         else:
-            record.update(completed_record(layout, workload, ranks, hardware))
+            record.update(completed_record(layout, workload, ranks, hardware, trace_path))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)

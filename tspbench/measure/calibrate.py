@@ -27,6 +27,8 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
                               comm-only and overlapped times, interleaved in a seeded order
 
 A measurement whose repeats differ by more than 20% is reported in ``warnings`` (a busy host).
+A calibration takes minutes (``--repeats 9`` on 2 cores: about ten), so each of its steps is
+reported to ``progress`` as it ends (``calibration_steps`` says how many there will be).
 Where one host cannot measure a figure (the network between nodes) it is copied from the
 intra-node one and marked so in ``provenance``.
 """
@@ -41,6 +43,7 @@ from functools import partial
 
 import torch
 
+from tspbench.core.progress import Progress
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.launch import launch
@@ -67,6 +70,11 @@ class Calibration:
 class _Recorder:
     provenance: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    progress: Progress = field(default_factory=Progress)
+
+    def step(self, what: str) -> None:
+        """One of ``calibration_steps`` is over; ``what`` names it."""
+        self.progress.finished("completed", what)
 
     def note(self, key: str, rate: Rate, how: str, scale: float = 1.0) -> float:
         self.provenance[key] = f"measured: {how}; median of {rate.repeats}, spread {rate.spread:.0%}"
@@ -85,6 +93,13 @@ def gemm_shapes(model: ModelConfig, tokens: int, degrees: tuple[int, ...]) -> li
     return out
 
 
+def calibration_steps(cuda: bool, ranks: int) -> int:
+    """How many steps ``calibrate`` reports: GEMMs, attention squares and rectangles and
+    element-wise bandwidth; element-wise passes (CPU); with peers, the contention of GEMMs and
+    of attention (CPU), the collectives, the waits on peers and the overlap."""
+    return 4 + (not cuda) + (ranks > 1) * (2 * (not cuda) + 3)
+
+
 def calibrate(
     ranks: int = 4,
     model: ModelConfig | None = None,
@@ -92,6 +107,7 @@ def calibrate(
     repeats: int = 5,
     quick: bool = False,
     max_seq_len: int | None = None,
+    progress: Progress | None = None,
 ) -> Calibration:
     """Measure this device (and ``ranks`` local ranks of it) for ``model`` at ``seq_len``;
     attention at sizes up to ``max_seq_len`` (default ``seq_len``): the longest point to predict."""
@@ -101,7 +117,8 @@ def calibrate(
     model = model or ModelConfig.preset("small" if not cuda else "7b")
     ranks = min(ranks, torch.cuda.device_count()) if cuda else ranks
     repeats = 3 if quick else repeats
-    rec = _Recorder()
+    rec = _Recorder(progress=progress or Progress())
+    rec.progress.start(calibration_steps(cuda, ranks), f"calibrate {model.name} at {seq_len} tokens")
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # as every rank runs
     try:
@@ -155,12 +172,16 @@ def _device_rates(
     local = seq_len // max(ranks, 1)
     shapes = gemm_shapes(model, local, (1, ranks)) + gemm_shapes(model, seq_len, (1, ranks))
     gemm = probes.gemm_rate(shapes, device, dtype, repeats)
+    rec.step(f"GEMM rate, {len(shapes)} shapes")
     heads, d = max(model.n_heads // max(ranks, 1), 1), model.head_dim
     chunk = max(seq_len // (2 * max(ranks, 2)), 16)
     sides, chunks = attention_sizes(chunk, max_seq_len)
     by_size = {side: probes.attention_rate(1, heads, side, side, d, device, dtype, repeats) for side in sides}
+    rec.step(f"causal attention squares, {sides[0]}-{sides[-1]} tokens")
     by_chunk = {c: probes.rectangle_rate(1, heads, c, 4 * c, d, device, dtype, repeats) for c in chunks}
+    rec.step(f"attention rectangles, chunks of {chunks[0]}-{chunks[-1]} tokens")
     elementwise = probes.elementwise_rate(local * model.ffn_hidden, device, dtype, repeats)
+    rec.step("element-wise bandwidth")
     c, side = _nearest(by_chunk, chunk), _nearest(by_size, local)
     how = {
         "gemm_tflops": f"{len(shapes)} GEMM shapes of {model.name} at {seq_len} tokens, one rank",
@@ -206,6 +227,7 @@ def _elementwise_passes(
     """Passes over a block's activations (per layer) and the parameters that a single-device
     step's element-wise time is worth at ``bandwidth`` (tspbench.analytic.timing's terms)."""
     seconds = launch(probes.elementwise_rank, 1, model, tokens, repeats, timeout=600)[0]
+    rec.step("element-wise passes of a step")
     sized = {mode: _single_device(model, tokens, mode) for mode in ("train", "infer")}
     basis = {mode: model.n_layers * s.elementwise_layer_bytes() for mode, s in sized.items()}
     basis["optimizer"] = sized["train"].predict_memory().persistent["parameters"]
@@ -239,15 +261,19 @@ def _world_figures(
         for key, fn in probe.items():
             rate = {r: min(launch(fn, r, device=device.type, timeout=600)) for r in sorted({1, 2, ranks})}
             shares[key] = {r: round(v / rate[1], 4) for r, v in rate.items()}
+            rec.step(f"{key.replace('_', ' ')} at {', '.join(map(str, rate))} ranks")
         rec.provenance["contention"] = f"measured: GEMM rate per rank with 1-{ranks} ranks running at once"
         rec.provenance["attention_contention"] = (
             f"measured: causal attention rate per rank ({heads} heads, {local} tokens, fwd+bwd) with "
             f"1-{ranks} ranks running at once"
         )
     collectives = _collectives(rec, ranks, device, repeats, quick)
+    rec.step(f"collectives ({len(collectives)} op x group size pairs)")
     sync_us = _sync_figures(rec, shapes, ranks, device, dtype, quick)
+    rec.step("waits on peers after compute")
     times = launch(probes.overlap_rank, ranks, shapes, dtype, 3 if quick else 7, 0,
                    device=device.type, timeout=600)[0]  # fmt: skip
+    rec.step("overlap of a ring shift under GEMMs")
     eta = probes.overlap_efficiency(times)
     rec.provenance["overlap_efficiency"] = (
         f"measured: {ranks} ranks, ring shift of {times['bytes'] >> 20} MiB under GEMMs; compute "

@@ -28,6 +28,7 @@ import dataclasses
 import os
 import resource
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -49,6 +50,7 @@ from tspbench.measure.bench import predictions
 from tspbench.measure.decode_bench import decode_work_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
+from tspbench.measure.replayed import default_hardware, timeline_fields
 from tspbench.measure.runner import RankRun
 from tspbench.measure.simulated_gpu import simulated_gpu
 from tspbench.measure.tracker import CATEGORIES
@@ -69,20 +71,23 @@ def fake_device(workload: Workload) -> torch.device:
     return torch.device("cuda", 0) if workload.device == "cuda" else torch.device("cpu")
 
 
-def fake_rank(layout: Layout, workload: Workload, capacity_bytes: int | None = None) -> dict:
-    """One rank's measured step (comm counted, memory tracked, FLOPs tallied) under fake tensors,
-    inside a fake process group. A real run measures after warm-up steps, when the optimizer
-    state exists; here an optimizer step on zero gradients creates it (no values to warm up)."""
+def fake_rank(
+    layout: Layout, workload: Workload, capacity_bytes: int | None = None, trace: bool = False
+) -> dict:
+    """One rank's measured step (comm counted, memory tracked, FLOPs tallied; with ``trace`` its
+    ops and collectives recorded) under fake tensors, inside a fake process group. A real run
+    measures after warm-up steps, when the optimizer state exists; here an optimizer step on
+    zero gradients creates it (no values to warm up)."""
     try:
         with FakeTensorMode(), simulated_gpu(workload.device):
             run = RankRun(layout, workload, fake_device(workload))
             create_optimizer_state(run)
             if workload.mode == "decode":  # FLOPs of the prefill and the steps apart, in a run of their own
                 flops: int | dict[str, int] = run.decode_run(count_flops=True).flops
-                measured = run.measured_step(capacity_bytes)
+                measured = run.measured_step(capacity_bytes, trace)
             else:
                 with FlopTally() as tally:
-                    measured = run.measured_step(capacity_bytes)
+                    measured = run.measured_step(capacity_bytes, trace)
                 flops = tally.total
     except tuple(NO_FAKE_KERNEL) as exc:
         raise FakeOpError(f"{exc.func} {NO_FAKE_KERNEL[type(exc)]}: it cannot run on fake tensors") from exc
@@ -93,6 +98,7 @@ def fake_rank(layout: Layout, workload: Workload, capacity_bytes: int | None = N
         "state": measured.state,
         "flops": flops,
         "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
+        "trace": measured.trace,
     }
     if workload.mode == "decode":
         out["cache_bytes"] = measured.output.cache_bytes
@@ -168,11 +174,17 @@ def fake_bench(
     hardware: str | None = None,
     ranks: list[int] | None = None,
     world: FakeWorld | None = None,
+    trace_path: Path | None = None,
+    trace: bool = True,
 ) -> dict[str, object]:
-    """Execute one point in the fake world; the flat record (``source: fake``, no step time).
-    ``world`` is a pool of worker processes to reuse (a sweep's); by default the point gets one
-    of its own, a worker per core."""
+    """Execute one point in the fake world; the flat record (``source: fake``): no measured time,
+    the step's replay on ``hardware`` (tspbench.analytic.timeline) as the ``timeline_`` fields,
+    its traces written to ``trace_path`` if given (.npz, or a Chrome trace); ``trace=False`` leaves
+    the step untraced (no timeline; what tracing costs, benchmarks/). ``world`` is a pool
+    of worker processes to reuse (a sweep's); by default the point gets one of its own, a worker
+    per core."""
     check_fake_world(layout, workload)
+    hardware = hardware or default_hardware(workload)
     ranks = list(ranks) if ranks is not None else model_parallel_ranks(layout)
     record: dict[str, object] = {
         **point_record(layout, workload, "fake"),
@@ -182,12 +194,22 @@ def fake_bench(
     env = fake_cuda.preload_env(workload.device)  # before anything runs: no compiler is a usage error
     start = time.perf_counter()
     try:
-        args = (fake_rank, ranks, layout.world_size, layout, workload, capacity_bytes)
+        args = (
+            fake_rank,
+            ranks,
+            layout.world_size,
+            layout,
+            workload,
+            capacity_bytes,
+            trace and workload.mode != "decode",
+        )
         if world is not None:
             results = world.run(*args, timeout=timeout)
         else:
             results = run_fake_ranks(*args, workers=default_workers(ranks), env=env, timeout=timeout)
         record.update(status="completed", error=None, **fake_record(layout, workload, results))
+        traces = [r["trace"] for r in results if r["trace"] is not None]
+        record.update(timeline_fields(layout, workload, traces, hardware, trace_path))
     except RankError as exc:
         record.update(status="oom" if exc.is_oom else "failed", error=excerpt(str(exc)), failed_rank=exc.rank)
         if exc.exc_type == FakeOpError.__name__:

@@ -26,12 +26,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, Workload
+from tspbench.core.trace import RankTrace
 from tspbench.dist import comm
 from tspbench.dist.c10d_count import C10dCounter
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
 from tspbench.measure.energy import EnergyMeter
 from tspbench.measure.flop_counter import register_cpu_attention_flops
+from tspbench.measure.trace import StepRecorder, mark_layers
 from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
 from tspbench.model.optim import build_optimizer
 from tspbench.model.reference import make_batch
@@ -51,6 +53,7 @@ class StepMeasurement:
     output: Tensor  # the global loss (train) or this rank's logits (infer)
     state: dict[str, int]  # bytes of parameters, gradients and optimizer state after the step
     c10d: list[comm.CommRecord]  # every collective as dispatched (the cross-check of ``comm``)
+    trace: RankTrace | None = None  # the step's ops and collectives in program order (``trace=True``)
 
 
 @dataclass
@@ -189,21 +192,33 @@ class RankRun:
             if joules is not None:
                 out.energy_j[name] = out.energy_j.get(name, 0.0) + self._meter.read() - joules
 
-    def measured_step(self, capacity_bytes: int | None = None) -> StepMeasurement:
+    def measured_step(self, capacity_bytes: int | None = None, trace: bool = False) -> StepMeasurement:
         """One step with collectives counted (tspbench's own as issued, torch's wrappers' at
         dispatch level) and peak memory measured (the dispatch tracker; on a GPU the allocator's
-        peak beside it)."""
+        peak beside it); with ``trace`` its ops and collectives recorded in program order."""
+        recorder = StepRecorder(self.mesh.rank, self.mesh.labels()) if trace else None
         with comm.counting() as log, C10dCounter(log, self.mesh.labels()) as c10d:
             with self._allocator_peak() as peak, MemoryTracker(capacity_bytes) as tracker:
                 tracker.register_model(self.model, self.optimizer)
                 tracker.register(self.strategy.resident_tensors(), "other")
                 tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
                 tracker.reset_peak()
-                out = self.step(tracker)
+                with self._recording(recorder):
+                    out = self.step(tracker)
             memory = tracker.report() if peak is None else peak.report(tracker.report())
         loss = out.item() if self.train and not self.fake else None
         state = persistent_bytes(self.model, self.optimizer)
-        return StepMeasurement(loss, list(log.records), memory, out, state, c10d.records)
+        step_trace = recorder.trace() if recorder is not None else None
+        return StepMeasurement(loss, list(log.records), memory, out, state, c10d.records, step_trace)
+
+    @contextmanager
+    def _recording(self, recorder: StepRecorder | None) -> Iterator[None]:
+        """The recorder over the step (innermost: it sees each op first), layers marked."""
+        if recorder is None:
+            yield
+            return
+        with recorder, mark_layers(self.model, recorder):
+            yield
 
     def _allocator_peak(self) -> CudaPeak | nullcontext:
         """On a real GPU the allocator's peak (the tracker gives the categories beside it)."""

@@ -87,6 +87,8 @@ RUN = {
     "timeout": Field(NUM, 600.0, minimum=1),  # seconds per point; an execution limit, not hashed
     # the fake executor: every rank of the first model-parallel group, or rank 0 alone (faster)
     "fake_ranks": Field(STR, "group", ("group", "first")),
+    # each point's traced step kept beside its record (trace.npz: replayable on any profile)
+    "trace": Field(BOOL, False),
 }
 TOP = {
     "name": Field(STR, None, required=True),

@@ -14,35 +14,43 @@ import threading
 from collections import deque
 from typing import Any
 
+from tspbench.core.progress import Progress
 from tspbench.dist.fake_world import FakeWorld
 from tspbench.measure.fake import fake_bench
 from tspbench.measure.fake_cuda import preload_env
 from tspbench.sweep.local import run_local
 from tspbench.sweep.points import Point
-from tspbench.sweep.progress import Progress
 from tspbench.sweep.store import Store
 
 
-def measure_fake(point: Point, world: FakeWorld | None = None) -> dict[str, Any]:
+def measure_fake(point: Point, world: FakeWorld | None = None, store: Store | None = None) -> dict[str, Any]:
     """One point in the fake world: its first model-parallel group's ranks (or rank 0 alone,
-    ``run.fake_ranks: first``) under fake tensors."""
+    ``run.fake_ranks: first``) under fake tensors; with ``run.trace`` its traces kept beside it."""
     m, ranks = point.config["measure"], [0] if point.config.get("fake_ranks") == "first" else None
     hardware = point.config.get("hardware")
+    trace = point.trace_path(store.run_dir(point.run_id)) if store is not None else None
     record = fake_bench(
-        point.layout, point.workload, m["capacity_bytes"], point.timeout, hardware, ranks, world
+        point.layout, point.workload, m["capacity_bytes"], point.timeout, hardware, ranks, world, trace
     )
     return {**point.base_record(), **record}
 
 
 class SharedProgress(Progress):
-    """A Progress that several lanes report to (one lock; ``close`` only when all are done)."""
+    """A Progress that several lanes report to: one lock, the points in flight counted over all
+    lanes (each lane's run_local says only its own), ``close`` left to the sweep."""
 
     def __init__(self, inner: Progress) -> None:
+        super().__init__()
         self.inner, self.lock = inner, threading.Lock()
+        self.lanes: dict[int, str] = {}  # thread id -> the point it runs
 
     def update(self, running: int, current: str = "") -> None:
         with self.lock:
-            self.inner.update(running, current)
+            if running:
+                self.lanes[threading.get_ident()] = current
+            else:
+                self.lanes.pop(threading.get_ident(), None)
+            self.inner.update(len(self.lanes), ", ".join(self.lanes.values()))
 
     def finished(self, status: str, line: str) -> None:
         with self.lock:
@@ -51,6 +59,10 @@ class SharedProgress(Progress):
     def note(self, line: str) -> None:
         with self.lock:
             self.inner.note(line)
+
+    def warn(self, line: str) -> None:
+        with self.lock:
+            self.inner.warn(line)
 
     def close(self) -> None:  # the sweep closes the inner one
         pass
@@ -70,7 +82,7 @@ def run_fake(points: list[Point], store: Store, progress: Progress, workers: int
 
     def lane(world: FakeWorld) -> None:
         def measure(point: Point) -> dict[str, Any]:
-            record = measure_fake(point, world)
+            record = measure_fake(point, world, store)
             if stop.is_set():  # the sweep was interrupted under this point: it goes back to pending
                 raise KeyboardInterrupt
             return record

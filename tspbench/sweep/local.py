@@ -18,25 +18,29 @@ from tspbench.analytic.decode import decode_record
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict_record
 from tspbench.core.errors import UsageError
+from tspbench.core.progress import Progress
 from tspbench.core.units import excerpt
 from tspbench.measure.bench import bench
 from tspbench.measure.env import environment
 from tspbench.sweep.owner import GONE, owner_state, this_process
 from tspbench.sweep.points import Point
-from tspbench.sweep.progress import Progress
 from tspbench.sweep.store import Store, exclusive, now, read_json
 
 Measure = Callable[[Point], dict[str, Any]]
 
 
-def measurer(hardware: str | None) -> Measure:
+def measurer(hardware: str | None, store: Store | None = None) -> Measure:
     """Points measured on this machine (bench() turns OOM, crashes and hangs into statuses), each
-    record with the model's prediction for ``hardware`` beside it (None: no predicted time)."""
+    record with the model's prediction for ``hardware`` beside it (None: no predicted time) and
+    the traced step's replay; with ``run.trace`` the traces are kept in the point's folder."""
 
     def measure(point: Point) -> dict[str, Any]:
         m = point.config["measure"]
         steps, warmup, repeats, capacity = m["steps"], m["warmup"], m["repeats"], m["capacity_bytes"]
-        return bench(point.layout, point.workload, steps, warmup, repeats, capacity, point.timeout, hardware)
+        trace = point.trace_path(store.run_dir(point.run_id)) if store is not None else None
+        return bench(
+            point.layout, point.workload, steps, warmup, repeats, capacity, point.timeout, hardware, trace
+        )
 
     return measure
 
@@ -80,7 +84,7 @@ def run_local(
     progress: Progress | None = None,
 ) -> None:
     """Measure ``points`` one after another. Ctrl-C puts the current point back to pending."""
-    progress = progress or Progress(len(points))
+    progress = progress or Progress()
     env = _environment(points, executor)
     for point in points:
         rid = point.run_id

@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tspbench.core.errors import LayoutError, WorkloadError
@@ -27,8 +28,8 @@ SOURCE_OF_METHOD = {"measure": "measured", "fake": "fake", "predict": "predicted
 
 @dataclass(frozen=True)
 class Point:
-    """One resolved point. ``config`` is hashed into ``run_id``; ``timeout`` is not (raising it
-    and retrying a timed-out point must rerun the same point, not add a new one)."""
+    """One resolved point. ``config`` is hashed into ``run_id``; ``timeout`` and ``trace`` are
+    not (raising a limit, or keeping the traced step, must rerun the same point, not add one)."""
 
     run_id: str
     experiment: str
@@ -36,6 +37,11 @@ class Point:
     config: dict[str, Any]
     timeout: float
     origin: tuple[str, ...] = field(default=(), compare=False)
+    trace: bool = field(default=False, compare=False)  # keep the traced step beside the record
+
+    def trace_path(self, run_dir: Path) -> Path | None:
+        """Where this point's traces go in its run folder, if it keeps them."""
+        return run_dir / "trace.npz" if self.trace else None
 
     @property
     def layout(self) -> Layout:
@@ -73,13 +79,14 @@ class Point:
             "world_size": self.world_size,
             "timeout": self.timeout,
             "origin": list(self.origin),
+            "trace": self.trace,
             "config": self.config,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Point:
         keys = ("run_id", "experiment", "index", "config", "timeout")
-        return cls(*(data[k] for k in keys), tuple(data.get("origin", ())))
+        return cls(*(data[k] for k in keys), tuple(data.get("origin", ())), bool(data.get("trace", False)))
 
 
 def run_id(config: dict[str, Any]) -> str:
@@ -147,7 +154,9 @@ def expand(
         config = _resolve(exp, choice, method, hardware)
         invalid = _invalid(config)
         if invalid is None:
-            point = Point(run_id(config), exp.name, len(points), config, exp.run["timeout"], origin)
+            point = Point(
+                run_id(config), exp.name, len(points), config, exp.run["timeout"], origin, exp.run["trace"]
+            )
             points.append(point)
             valid_paths.update(origin)
         else:

@@ -21,13 +21,13 @@ import torch
 
 from tspbench.core.errors import LayoutError, UsageError
 from tspbench.core.names import INTERRUPTED
+from tspbench.core.progress import Progress
 from tspbench.measure.fake_cuda import preload_env
 from tspbench.strategy import check_fake_world
 from tspbench.sweep import fake, local, slurm
 from tspbench.sweep.cluster import Profile, load_profile
 from tspbench.sweep.experiment import Experiment, load_experiment
 from tspbench.sweep.points import Point, Skipped, expand
-from tspbench.sweep.progress import Progress
 from tspbench.sweep.store import Store, shown_status, write_json
 
 
@@ -169,8 +169,8 @@ def run_sweep(
         notes: list[str] = []
         todo = select(sweep.points, store, retry_failed, notes)
         write_json(store.root / "experiment.json", experiment_json(sweep))
-        progress = progress or Progress(len(todo))
-        progress.total = len(todo)
+        progress = progress or Progress()
+        progress.start(len(todo), sweep.experiment.name)
         for note in notes:
             progress.warn(note)
         progress.note(
@@ -190,7 +190,7 @@ def execute(sweep: Sweep, todo: list[Point], store: Store, progress: Progress) -
         fake.run_fake(todo, store, progress)
         return
     if sweep.executor == "local":
-        measure = local.measurer(sweep.prediction_hardware)
+        measure = local.measurer(sweep.prediction_hardware, store)
     else:
         measure = local.predictor(sweep.experiment.hardware or "")
     local.run_local(todo, store, measure, sweep.executor, progress)

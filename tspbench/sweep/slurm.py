@@ -29,9 +29,9 @@ import submitit
 
 from tspbench.core.errors import UsageError
 from tspbench.core.names import FINAL_STATUSES
+from tspbench.core.progress import Progress
 from tspbench.sweep.cluster import Profile
 from tspbench.sweep.points import Point
-from tspbench.sweep.progress import Progress
 from tspbench.sweep.slurm_job import PointTask
 from tspbench.sweep.store import Store
 

@@ -148,7 +148,9 @@ def _record_completed(store: Store, point: Point, ranks: list[dict[str, Any]], h
     store.write_env(point.run_id, env)
     record = {
         **point.base_record(),
-        **completed_record(point.layout, point.workload, ranks, hardware),
+        **completed_record(
+            point.layout, point.workload, ranks, hardware, point.trace_path(store.run_dir(point.run_id))
+        ),
         **{f"env_{k}": v for k, v in env.items()},
     }
     store.finish(point.run_id, "completed", record)

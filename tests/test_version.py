@@ -1,0 +1,37 @@
+"""One version: pyproject.toml's, printed by ``tspbench --version`` and released last in CHANGELOG.md."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASE = re.compile(r"^## (\d+\.\d+\.\d+) - (\d{4}-\d{2}-\d{2})$", re.MULTILINE)
+
+
+def pyproject_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_version_flag_prints_the_pyproject_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tspbench", "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"tspbench {pyproject_version()}"  # a stale install reads otherwise
+
+
+def test_the_changelog_latest_release_is_the_pyproject_version() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    releases = RELEASE.findall(text)
+    assert releases, "no '## X.Y.Z - YYYY-MM-DD' release heading in CHANGELOG.md"
+    assert releases[0][0] == pyproject_version()
+    dates = [date.fromisoformat(d) for _, d in releases]
+    assert dates == sorted(dates, reverse=True), "releases newest first"
+    assert text.index("## Unreleased") < text.index(f"## {releases[0][0]}")
+    assert len(text.splitlines()) < 150

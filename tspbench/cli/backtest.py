@@ -1,0 +1,109 @@
+"""``tspbench backtest``: published GPU runs predicted by the model, and the error.
+
+Reads the published-measurements file (default results/published/published.yaml) and the
+fake-world records stored beside it, predicts every entry the project can express with each
+profile of its hardware, prints the table and writes backtest.csv, .md and the figure.
+``--execute`` first runs the fake world for points that have no record (minutes); ``--fit``
+prints the calibrated profiles' fitted number as the calibration entries give it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from tspbench.cli.args import output_path
+
+DEFAULT_FILE = Path("results/published/published.yaml")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("backtest", help="predict published GPU runs and report the model's error")
+    p.add_argument(
+        "--file", type=Path, default=DEFAULT_FILE, help=f"published measurements (default {DEFAULT_FILE})"
+    )
+    p.add_argument("--out", type=Path, help="folder for backtest.csv/.md/.png (default: the file's folder)")
+    p.add_argument(
+        "--execute", action="store_true", help="run the fake world for entries without a stored record"
+    )
+    p.add_argument("--rerun", action="store_true", help="with --execute: run every entry again")
+    p.add_argument(
+        "--fit", action="store_true", help="print the calibrated profiles' fitted numbers and exit"
+    )
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_backtest)
+
+
+def cmd_backtest(args: argparse.Namespace) -> int:
+    from tspbench.analytic.backtest import backtest_rows, fit_profiles, summarize
+    from tspbench.analytic.hardware import load_hardware
+    from tspbench.analytic.published import load_published
+
+    published = load_published(args.file)
+    results = args.file.parent
+    if args.fit:
+        for name, fit in fit_profiles(published).items():
+            held = load_hardware(name).elementwise_passes["train"]
+            cells = ", ".join(f"{k} {v:.2f}" for k, v in fit["entries"].items())
+            fitted = fit["train_passes"]
+            print(f"{name}: train passes {fitted:.2f} (from {cells}; on {fit['from']}); profile holds {held}")
+        return 0
+    out = output_path(args.out or results, "--out", folder=True)
+    if args.execute or args.rerun:
+        from tspbench.sweep.published import execute_published
+
+        execute_published(published, results, args.rerun, say=print)
+    rows = backtest_rows(published, results)
+    summary = [vars(s) | {"median_abs": s.median_abs, "worst": s.worst} for s in summarize(rows)]
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summary}, indent=2, default=str))
+    else:
+        print_table(rows, summary)
+    from tspbench.report.backtest import write_backtest  # matplotlib: only when files are written
+
+    written = write_backtest(rows, summary, out)
+    if not args.json:
+        print(f"wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _abs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _tps(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def print_table(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> None:
+    print(
+        f"{'entry':<28} {'role':<11} {'layout (published)':<20} {'published':>9} {'assumed':>8} {'error':>7} "
+        f"{'calibr.':>8} {'error':>7}  {'mem GiB pub/fake/resv':<24} dominant (calibrated)"
+    )
+    for r in (r for r in rows if r["predicted"]):
+        mem = "/".join(
+            "-" if v is None else f"{v:.1f}"
+            for v in (r["published_memory_gib"], r["fake_allocated_gib"], r["predicted_reserved_gib"])
+        ) + ("" if r["fits"] else " OOM")
+        layout = r["published_layout"] + (" +compile" if r["compile"] else "")
+        print(
+            f"{r['id']:<28} {r['role']:<11} {layout:<20} {_tps(r['published_tokens_per_s_per_gpu']):>9} "
+            f"{_tps(r['assumed_tokens_per_s_per_gpu']):>8} {_pct(r['assumed_error']):>7} "
+            f"{_tps(r['calibrated_tokens_per_s_per_gpu']):>8} {_pct(r['calibrated_error']):>7}  {mem:<24} "
+            f"{r.get('calibrated_dominant') or ''}"
+        )
+    listed = [r for r in rows if not r["predicted"]]
+    print(f"listed, not predicted ({len(listed)}):")
+    for r in listed:
+        print(f"  {r['id']:<30} {r['not_predicted'][:100]}")
+    for s in summary:
+        print(
+            f"{s['kind']} profile, {s['sample']}: {len(s['ids'])} entries, median |error| "
+            f"{_abs(s['median_abs'])}, worst {_pct(s['worst'])}"
+        )
