@@ -3,9 +3,10 @@
 Every strategy at world size 4 (the small preset, 2,048 tokens, float32 training, gloo on this
 host's cores): each rank traces one step (tspbench.measure.trace) and profiles three more
 (torch.profiler, the median self time of each aten op). Per strategy and kind (GEMM, attention,
-element-wise), the replayed kernel seconds (tspbench.analytic.timeline.kind_seconds on the
-profile given, summed over ranks) against the profiled self seconds of the same ops. The
-result goes to results/timeline_check/ops.json and ops.md.
+element-wise), the replayed kernel seconds (the timeline's replay of the traced steps on the
+profile given, at the share of the host each kind had, summed over ranks) against the profiled
+self seconds of every aten op of that kind (an op the trace sees whole is timed by the profiler
+in the ops it calls). The result goes to results/timeline_check/ops.json and ops.md.
 
     python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3]
 """
@@ -17,7 +18,7 @@ import json
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
-from tspbench.analytic.timeline import Costs, kind_seconds
+from tspbench.analytic.timeline import timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts
@@ -37,13 +38,11 @@ TOLERANCE = 0.15
 
 def check(layout: Layout, workload: Workload, hardware: str, repeats: int) -> dict[str, object]:
     ranks = launch(opcosts.profiled_rank, layout.world_size, layout, workload, repeats, timeout=1800)
-    costs = Costs(load_hardware(hardware), layout.world_size)
-    replayed = {k: 0.0 for k in KINDS}
+    tl = timeline([r["trace"] for r in ranks], load_hardware(hardware), layout.world_size)
+    replayed = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
     profiled = {k: 0.0 for k in KINDS}
     for r in ranks:
-        for kind, seconds in kind_seconds(r["trace"], costs).items():
-            replayed[kind] += seconds
-        for kind, seconds in opcosts.kind_seconds(r["trace"], r["seconds"]).items():
+        for kind, seconds in opcosts.kind_seconds(r["seconds"]).items():
             if kind in profiled:
                 profiled[kind] += seconds
     errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}

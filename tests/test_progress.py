@@ -117,7 +117,7 @@ def test_calibrate_reports_every_step_it_takes() -> None:
         ranks=2, model=ModelConfig.preset("tiny"), seq_len=256, repeats=1, quick=True, progress=progress
     )
     assert progress.starts == [(calibration_steps(cuda=False, ranks=2), "calibrate tiny at 256 tokens")]
-    assert progress.done == progress.total == 10 and progress.bad == 0
+    assert progress.done == progress.total == 11 and progress.bad == 0
     assert progress.lines[0].startswith("GEMM rate") and progress.lines[-1].startswith("overlap")
 
 

@@ -75,7 +75,10 @@ class Hardware:
     op_overhead_us: float = 0.0  # per op with a kernel: CPU dispatch; GPU kernel launch and tail
     host_overhead_us: float = 0.0  # per op, outside its kernel (Python, autograd); 0: the host runs ahead
     step_gemm_tflops: float | None = None  # the model's own GEMMs in a profiled step (else gemm_tflops)
-    elementwise_by_op: dict[str, float] = field(default_factory=dict)  # op name -> GB/s (else HBM)
+    elementwise_by_op: dict[str, float] = field(default_factory=dict)  # op name -> GB/s ("*": the rest)
+    # each kind's share of the device where ranks share a host, measured on the model's own step
+    # run by that many ranks at once: kind (gemm, attention, elementwise) -> ranks -> share
+    step_contention: dict[str, dict[int, float]] = field(default_factory=dict)
     # compute that overlaps a collective on the rank's link is slowed by this fraction of the overlap
     # (timeline); None: 1 - overlap_efficiency (on CPU the transfer needs the cores the compute has)
     comm_compute_slowdown: float | None = None
@@ -123,6 +126,31 @@ class Hardware:
         if ranks_on_node in self.contention:
             return self.contention[ranks_on_node]
         return min(1.0, self.cores_per_node / ranks_on_node)
+
+    def kind_share(self, kind: str, ranks_on_node: int) -> float:
+        """A cost class's share of the device for the timeline: measured on the model's step
+        (``step_contention``) where there is a figure, else the probes' (GEMMs' for element-wise)."""
+        measured = self.step_contention.get(kind, {})
+        if self.cores_per_node is not None and ranks_on_node in measured:
+            return measured[ranks_on_node]
+        return self.attention_share(ranks_on_node) if kind == "attention" else self.share(ranks_on_node)
+
+    def kind_share_at(self, kind: str, busy: float) -> float:
+        """``kind_share`` with ``busy`` ranks computing on the node on average, not all of them:
+        each gets min(1, cores / busy) of a core, at an efficiency that falls linearly from 1
+        (alone) to what was measured with the most ranks (memory bandwidth, the scheduler)."""
+        if self.cores_per_node is None or busy <= 1:
+            return 1.0
+        measured = self.step_contention.get(kind) or (
+            self.attention_contention if kind == "attention" else self.contention
+        )
+        most = max(measured, default=1)
+        if most <= 1:
+            return min(1.0, self.cores_per_node / busy)
+        ideal = min(1.0, self.cores_per_node / most)
+        worst = min(1.0, self.kind_share(kind, most) / ideal)
+        efficiency = 1 + (worst - 1) * min(1.0, (busy - 1) / (most - 1))
+        return min(1.0, self.cores_per_node / busy) * efficiency
 
     def attention_share(self, ranks_on_node: int) -> float:
         """The same for attention calls, which share a host's cores differently from GEMMs (they
@@ -238,6 +266,10 @@ def _hardware(data: dict[str, Any]) -> Hardware:
         if values.get(key) is not None:
             values[key] = int(_number(key, values[key], positive=True))
     values["elementwise_by_op"] = _rates("elementwise_by_op", values.get("elementwise_by_op"))
+    contention = values.get("step_contention") or {}
+    if not isinstance(contention, dict):
+        raise _BadField(f"step_contention: expected {{kind: {{ranks: share}}}}, got {contention!r}")
+    values["step_contention"] = {str(k): _table(f"step_contention.{k}", v) for k, v in contention.items()}
     for key in ("op_overhead_us", "host_overhead_us", "step_gemm_tflops", "comm_compute_slowdown"):
         if values.get(key) is not None:
             values[key] = _number(key, values[key], positive=False)

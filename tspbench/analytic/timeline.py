@@ -96,25 +96,28 @@ def op_seconds(trace: RankTrace, costs: Costs) -> np.ndarray:
     return out
 
 
-def kernel_seconds(trace: RankTrace, costs: Costs) -> np.ndarray:
-    """Seconds of every compute event's kernel (0 for views, allocations and other events)."""
-    ev, hw = trace.events, costs.hw
-    share, attention_share = hw.share(costs.ranks_on_node), hw.attention_share(costs.ranks_on_node)
+def kernel_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> np.ndarray:
+    """Seconds of every compute event's kernel (0 for views, allocations and other events), at the
+    rank's share of its device with every rank of the node computing (``alone``: the whole device)."""
+    ev, hw, ranks = trace.events, costs.hw, 1 if alone else costs.ranks_on_node
+    share = {c: hw.kind_share(CLASS_NAMES[c], ranks) for c in (GEMM, ATTENTION, ELEMENTWISE)}
     out = np.zeros(len(ev))
     compute = ev["kind"] == COMPUTE
     gemm = compute & (ev["cls"] == GEMM)
-    memory = hw.hbm_bandwidth_gbs * 1e9 * share
-    gemm_rate = (hw.step_gemm_tflops or hw.gemm_tflops) * 1e12 * share
+    memory = hw.hbm_bandwidth_gbs * 1e9
+    gemm_rate = (hw.step_gemm_tflops or hw.gemm_tflops) * 1e12
     out[gemm] = np.maximum(ev["flops"][gemm] / gemm_rate, ev["nbytes"][gemm] / memory)
     elementwise = compute & (ev["cls"] == ELEMENTWISE)
-    rates = np.array([hw.elementwise_by_op.get(n, hw.hbm_bandwidth_gbs) for n in trace.names] or [1.0])
-    out[elementwise] = ev["nbytes"][elementwise] / (rates[ev["name"][elementwise]] * 1e9 * share)
+    default = hw.elementwise_by_op.get("*", hw.hbm_bandwidth_gbs)
+    rates = np.array([hw.elementwise_by_op.get(n, default) for n in trace.names] or [1.0])
+    out[elementwise] = ev["nbytes"][elementwise] / (rates[ev["name"][elementwise]] * 1e9)
     attention = compute & (ev["cls"] == ATTENTION)
     for i in np.flatnonzero(attention):
         side = int(ev["size"][i])
         rate = hw.causal_tflops(side) if ev["flags"][i] & CAUSAL else hw.rectangle_tflops(side)
-        out[i] = ev["flops"][i] / (rate * 1e12 * attention_share)
-    out[gemm | elementwise | attention] += hw.op_overhead_us * 1e-6
+        out[i] = ev["flops"][i] / (rate * 1e12)
+    for cls, mask in ((GEMM, gemm), (ATTENTION, attention), (ELEMENTWISE, elementwise)):
+        out[mask] = (out[mask] + hw.op_overhead_us * 1e-6) / share[cls]
     return out
 
 
@@ -300,6 +303,7 @@ class Timeline:
     weights_hidden_fraction: float | None  # TSP: its weight shards' traffic (channel 1)
     rank_end_s: dict[int, float]
     replay: Replay | None = None
+    kind_s: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> kind -> kernel seconds
 
     def to_record(self, prefix: str = "timeline_") -> dict[str, object]:
         out: dict[str, object] = {
@@ -324,25 +328,55 @@ def timeline(traces: list[RankTrace], hw: Hardware, world_size: int) -> Timeline
     cut = {t.rank: segments(t, base[t.rank]) for t in traces}
     replay = Replay(traces, costs, cut, base)
     replay.run()
-    slowdown = hw.comm_slowdown
-    for _ in range(PASSES - 1 if slowdown > 0 else 0):
-        items = {r: stretched(replay.states[r], cut[r], slowdown) for r in cut}
-        replay = Replay(traces, costs, items, base)
-        replay.run()
-    return summarize(replay)
+    kinds = {t.rank: kind_seconds(t, costs) for t in traces}
+    shared = hw.cores_per_node is not None and len(traces) > 1  # ranks share a host's cores
+    if hw.comm_slowdown > 0 or shared:
+        alone = {t.rank: by_kind(t, costs) for t in traces}
+        for _ in range(PASSES - 1):
+            priced = {r: repriced(replay, r, cut[r], alone[r], shared) for r in cut}
+            replay = Replay(traces, costs, {r: p[0] for r, p in priced.items()}, base)
+            replay.run()
+            kinds = {r: p[1] for r, p in priced.items()} if shared else kinds
+    return summarize(replay, kinds)
 
 
-def stretched(s: RankState, items: list[Item], slowdown: float) -> list[Item]:
-    """Each run of compute ``items`` (its own cost) lengthened by ``slowdown`` x the time the
-    rank's links carried a collective while it ran in the replay ``s``: a fixed point, reached
-    in a few passes."""
-    busy = merged([(c.start, c.end) for c in set(s.coll_of.values()) if c.scheduled])
+def by_kind(trace: RankTrace, costs: Costs) -> np.ndarray:
+    """Per event, its seconds on a device of its own: [GEMM, attention, element-wise, host]."""
+    ev, out = trace.events, np.zeros((len(trace.events), 4))
+    alone = kernel_seconds(trace, costs, alone=True)
+    for column, cls in enumerate((GEMM, ATTENTION, ELEMENTWISE)):
+        out[:, column] = np.where(ev["cls"] == cls, alone, 0.0)
+    out[:, 3] = np.where(ev["kind"] == COMPUTE, costs.hw.host_overhead_us * 1e-6, 0.0)
+    return out
+
+
+def repriced(
+    replay: Replay, rank: int, items: list[Item], alone: np.ndarray, shared: bool
+) -> tuple[list[Item], dict[str, float]]:
+    """Each run of compute repriced from what overlapped it in ``replay``: at the share of the
+    device its kind gets with as many ranks computing as did on average over the run (``shared``:
+    ranks on one host's cores; else the static share), lengthened by ``comm_slowdown`` x the
+    time the rank's links carried a collective meanwhile: a fixed point, reached in a few passes.
+    Also each kind's kernel seconds so priced (the host's apart)."""
+    hw, s = replay.costs.hw, replay.states[rank]
+    totals = dict.fromkeys(KINDS[:3], 0.0)
+    links = merged([(c.start, c.end) for c in set(s.coll_of.values()) if c.scheduled])
+    others = [merged(o.busy) for r, o in replay.states.items() if r != rank]
     out = []
     for (first, end, seconds), (start, stop) in zip(items, s.segment_times, strict=True):
         if not math.isnan(seconds) and stop > start:
-            seconds += slowdown * overlap(busy, start, stop)
+            if shared:
+                busy = 1 + sum(overlap(o, start, stop) for o in others) / (stop - start)
+                kinds = alone[first:end].sum(axis=0) / [hw.kind_share_at(k, busy) for k in KINDS]
+                for name, value in zip(KINDS[:3], kinds[:3], strict=True):
+                    totals[name] += value
+                seconds = float(kinds.sum())
+            seconds += hw.comm_slowdown * overlap(links, start, stop)
         out.append((first, end, seconds))
-    return out
+    return out, totals
+
+
+KINDS = ("gemm", "attention", "elementwise", "gemm")  # the host's time shares the cores as GEMMs do
 
 
 def op_times(replay: Replay, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -379,7 +413,7 @@ def overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
     return total
 
 
-def summarize(replay: Replay) -> Timeline:
+def summarize(replay: Replay, kinds: dict[int, dict[str, float]]) -> Timeline:
     states = replay.states
     ends = {r: max(s.lanes.values(), default=0.0) for r, s in states.items()}
     critical = max(ends, key=ends.__getitem__)
@@ -412,4 +446,5 @@ def summarize(replay: Replay) -> Timeline:
         weights_hidden_fraction=weights[0] / weights[1] if weights[1] > 0 else None,
         rank_end_s=ends,
         replay=replay,
+        kind_s=kinds,
     )

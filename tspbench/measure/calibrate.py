@@ -47,7 +47,7 @@ from tspbench.core.progress import Progress
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.launch import launch
-from tspbench.measure import probes
+from tspbench.measure import opcosts, probes
 from tspbench.measure.probes import Rate
 from tspbench.strategy import Strategy, check_layout
 
@@ -95,9 +95,10 @@ def gemm_shapes(model: ModelConfig, tokens: int, degrees: tuple[int, ...]) -> li
 
 def calibration_steps(cuda: bool, ranks: int) -> int:
     """How many steps ``calibrate`` reports: GEMMs, attention squares and rectangles and
-    element-wise bandwidth; element-wise passes (CPU); with peers, the contention of GEMMs and
-    of attention (CPU), the collectives, the waits on peers and the overlap."""
-    return 4 + (not cuda) + (ranks > 1) * (2 * (not cuda) + 3)
+    element-wise bandwidth; element-wise passes and per-op costs (CPU); with peers, the
+    contention of GEMMs and of attention (CPU), the collectives, the waits on peers and the
+    overlap."""
+    return 4 + 2 * (not cuda) + (ranks > 1) * (2 * (not cuda) + 3)
 
 
 def calibrate(
@@ -129,6 +130,7 @@ def calibrate(
     if not cuda:
         bandwidth = rates["hbm_bandwidth_gbs"] * 1e9
         profile["elementwise_passes"] = _elementwise_passes(rec, model, seq_len // ranks, bandwidth, repeats)
+        profile |= _timeline_costs(rec, model, seq_len, repeats, ranks)
     if ranks > 1:
         profile |= _world_figures(rec, model, seq_len, ranks, device, dtype, repeats, quick)
     else:
@@ -239,6 +241,36 @@ def _elementwise_passes(
     )
     rec.provenance["elementwise_passes"] = how
     return {k: round(v, 2) for k, v in out.items()}
+
+
+def _timeline_costs(rec: _Recorder, model: ModelConfig, tokens: int, repeats: int, ranks: int) -> dict:
+    """The timeline's per-op terms, from a profiled single-device step (tspbench.measure.opcosts),
+    and with ``ranks`` the share of each kind when that many ranks run the same step at once."""
+    costs = launch(opcosts.timeline_costs_rank, 1, model, tokens, max(repeats, 5), timeout=1800)[0]
+    single = costs.pop("kinds")
+    if ranks > 1:
+        workload = Workload(model, 1, tokens, "train", dtype="float32")
+        together = launch(
+            opcosts.profiled_kinds, ranks, Layout("dp", dp=ranks), workload, max(repeats, 5), timeout=1800
+        )
+        shares = opcosts.kind_shares(single, together)
+        costs["step_contention"] = {kind: {1: 1.0, ranks: share} for kind, share in shares.items()}
+        rec.provenance["step_contention"] = (
+            f"measured: each kind's self time in a training step of {model.name} at {tokens} tokens on one "
+            f"rank alone, over the same on each of {ranks} ranks at once (dp {ranks}, torch.profiler)"
+        )
+    rec.step("per-op costs of a profiled step")
+    how = f"{model.name} at {tokens} tokens on one rank, medians of {max(repeats, 5)} profiled steps"
+    rec.provenance |= {
+        "op_overhead_us": f"measured: per-call time of the element-wise ops of a training step ({how}; "
+        "torch.profiler self time against bytes, least squares), tspbench.measure.opcosts",
+        "host_overhead_us": f"measured: the step's wall time less every traced op's aten self time, per "
+        f"traced op (Python, autograd, dispatch; {how})",
+        "step_gemm_tflops": f"measured: FLOPs / self time of the step's GEMMs ({how})",
+        "elementwise_by_op": f"measured: bytes / self time of each element-wise op that moves at least "
+        f"1 MiB a call ({how})",
+    }
+    return costs
 
 
 def _single_device(model: ModelConfig, tokens: int, mode: str) -> Strategy:

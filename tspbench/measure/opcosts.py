@@ -27,9 +27,13 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.core.trace import CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
+from tspbench.core.trace import ATTENTION, CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
 from tspbench.measure.runner import RankRun
 from tspbench.measure.trace import StepRecorder
+
+# An op's own bandwidth is kept only where its calls move this much each: below it a call's time is
+# its overhead, and the rate would price that op's big calls in other layouts absurdly low.
+MIN_BYTES_PER_CALL = 1 << 20
 
 
 @dataclass
@@ -73,14 +77,20 @@ def totals(trace: RankTrace, seconds: dict[str, float]) -> dict[str, OpTotals]:
     return dict(out)
 
 
-def kind_seconds(trace: RankTrace, seconds: dict[str, float]) -> dict[str, float]:
-    """A profiled step's aten self time by the replay's cost classes, for the op names the trace
-    has (what the profiler shows of composite ops' wrappers is host time, not a kind)."""
-    names = {trace.names[i] for i in set(trace.events["name"][trace.events["kind"] == COMPUTE].tolist())}
+def kind_seconds(seconds: dict[str, float]) -> dict[str, float]:
+    """A profiled step's aten self time by the replay's cost classes. Every op counts, also those
+    the trace never sees: an op the recorder sees whole (FSDP2's copy-in, a backward of a
+    slice) is timed by the profiler in the ops it calls."""
     out: dict[str, float] = defaultdict(float)
-    for name in names:
-        out[CLASS_NAMES[op_class(name)]] += seconds.get(name, 0.0)
+    for name, value in seconds.items():
+        kind = op_class(name)
+        if kind in (GEMM, ATTENTION, ELEMENTWISE) and name not in NOT_COMPUTE:
+            out[CLASS_NAMES[kind]] += value
     return dict(out)
+
+
+# aten ops the profiler shows that are no compute of the step's: collectives' own bookkeeping
+NOT_COMPUTE = frozenset(("record_stream", "_local_scalar_dense", "item", "is_nonzero"))
 
 
 def fit_elementwise(ops: dict[str, OpTotals]) -> tuple[float, float]:
@@ -124,21 +134,31 @@ def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
     seconds = {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}
     ops = totals(trace, seconds)
     overhead, bandwidth = fit_elementwise(ops)
+    elementwise = {n: t for n, t in ops.items() if op_class(n) == ELEMENTWISE and t.seconds > 0}
     by_op = {
         name: t.nbytes / (t.seconds - overhead * t.calls) / 1e9
-        for name, t in ops.items()
-        if op_class(name) == ELEMENTWISE and t.nbytes > 0 and t.seconds > overhead * t.calls
+        for name, t in elementwise.items()
+        if t.nbytes >= MIN_BYTES_PER_CALL * t.calls > 0 and t.seconds > 2 * overhead * t.calls
     }
+    busy = sum(t.seconds - overhead * t.calls for t in elementwise.values())
+    by_op["*"] = sum(t.nbytes for t in elementwise.values()) / busy / 1e9  # every other op
     return {
         "by_op": by_op,
         "op_overhead_us": overhead * 1e6,
         "elementwise_bandwidth_gbs": bandwidth / 1e9,
         "gemm_tflops": gemm_rate(ops, overhead) / 1e12,
         "host_overhead_us": host_seconds(statistics.median(walls), trace, seconds) * 1e6,
-        "kinds": kind_seconds(trace, seconds),
+        "kinds": kind_seconds(seconds),
         "wall_s": statistics.median(walls),
         "ops": len(trace),
     }
+
+
+def kind_shares(single: dict[str, float], together: list[dict[str, float]]) -> dict[str, float]:
+    """Each kind's share of the device when ranks run at once: its seconds on one rank alone over
+    its mean seconds on a rank among them (the same step on each)."""
+    mean = {k: sum(r.get(k, 0.0) for r in together) / len(together) for k in single}
+    return {k: round(single[k] / mean[k], 4) for k in single if single[k] > 0 and mean[k] > 0}
 
 
 def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[str, object]:
@@ -149,6 +169,7 @@ def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[s
     run.step()
     costs = step_costs(run.step, repeats)
     return {
+        "kinds": costs["kinds"],
         "op_overhead_us": round(float(costs["op_overhead_us"]), 3),
         "host_overhead_us": round(float(costs["host_overhead_us"]), 2),
         "step_gemm_tflops": round(float(costs["gemm_tflops"]), 6),
@@ -166,3 +187,8 @@ def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str,
     profiles = [profiled(run.step) for _ in range(repeats)]
     names = set().union(*profiles)
     return {"trace": trace, "seconds": {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}}
+
+
+def profiled_kinds(layout: Layout, workload: Workload, repeats: int) -> dict[str, float]:
+    """On every rank: a profiled step's self seconds by kind (the ranks' share of the host)."""
+    return kind_seconds(profiled_rank(layout, workload, repeats)["seconds"])
