@@ -173,6 +173,22 @@ def test_two_collectives_on_one_link_take_turns() -> None:
     assert ends == [pytest.approx(0.5), pytest.approx(1.0)] and tl.step_s == pytest.approx(2.0)
 
 
+def test_latency_does_not_hold_the_link_so_back_to_back_collectives_pipeline_it() -> None:
+    """With 0.25 s latency: two async 0.5 s transfers issued together each take 0.75 s; the
+    second's transfer starts when the first's ends (0.5 s), not when its latency does, so they
+    end at 0.75 s and 1.25 s (not 1.5 s); waited on at once, the step is 1.25 s."""
+    from dataclasses import replace
+
+    def build(p: Program) -> None:
+        first, second = p.issue(0.5), p.issue(0.5)
+        p.wait(first)
+        p.wait(second)
+
+    tl = timeline(_pair(build), replace(ROUND, intra_node_latency_us=0.25e6), 2)
+    ends = sorted(c.end for c in set(tl.replay.states[0].coll_of.values()))
+    assert ends == [pytest.approx(0.75), pytest.approx(1.25)] and tl.step_s == pytest.approx(1.25)
+
+
 def test_a_stream_waits_for_the_event_it_is_told_to() -> None:
     """Side stream: a 1 s GEMM, then an event; the default stream's 0.2 s GEMM, then a wait on
     that event, then 0.3 s more: the step ends at 1.3 s, not 0.5 s."""
@@ -221,6 +237,7 @@ def test_traces_round_trip_through_npz(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- a traced fake step
 
 
+@pytest.mark.slow
 def test_bench_fake_trace_is_a_chrome_trace_with_every_lane_and_collective(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -244,6 +261,7 @@ def test_bench_fake_trace_is_a_chrome_trace_with_every_lane_and_collective(
     assert per_rank == dict.fromkeys(record["fake_ranks"], calls)
 
 
+@pytest.mark.slow
 def test_a_sweep_keeps_each_points_traces_and_replay_prices_them_anywhere(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -129,7 +129,8 @@ class Hardware:
 
     def kind_share(self, kind: str, ranks_on_node: int) -> float:
         """A cost class's share of the device for the timeline: measured on the model's step
-        (``step_contention``) where there is a figure, else the probes' (GEMMs' for element-wise)."""
+        (``step_contention``) where there is a figure, else the probes' (GEMMs' for element-wise
+        and for the host's time)."""
         measured = self.step_contention.get(kind, {})
         if self.cores_per_node is not None and ranks_on_node in measured:
             return measured[ranks_on_node]

@@ -31,8 +31,9 @@ Costs (``op_seconds``) come from a hardware profile (tspbench.analytic.hardware)
 Data-parallel replicas are identical: the replay runs the ranks of the first model-parallel
 group, and a collective over a group with ranks outside them (the data-parallel gradient sync)
 starts when the replayed participants have issued it, priced on the link its ranks cross.
-Links are shared, not multiplied: two collectives on one link take turns, as two transfers
-sharing its bandwidth would finish together.
+Links are shared, not multiplied: two transfers on one link take turns, as two sharing its
+bandwidth would finish together; a collective's latency does not hold the link, so collectives
+issued back to back pipeline it.
 """
 
 from __future__ import annotations
@@ -83,9 +84,13 @@ class Costs:
         latency, bandwidth = self.hw.link(op, len(ranks), self.world_size, inter)
         return ("nic" if inter else "node"), latency, bandwidth
 
-    def collective_seconds(self, op: str, ranks: tuple[int, ...], msg_bytes: float) -> tuple[str, float]:
+    def collective_seconds(
+        self, op: str, ranks: tuple[int, ...], msg_bytes: float
+    ) -> tuple[str, float, float]:
+        """(link, latency s, transfer s): the latency overlaps other transfers (collectives issued
+        back to back pipeline it); the transfer holds the link."""
         link, latency, bandwidth = self.link(op, ranks)
-        return link, latency + BUS_FACTOR[op](len(ranks)) * msg_bytes / bandwidth
+        return link, latency, BUS_FACTOR[op](len(ranks)) * msg_bytes / bandwidth
 
 
 def op_seconds(trace: RankTrace, costs: Costs) -> np.ndarray:
@@ -139,7 +144,8 @@ class Collective:
     ranks: tuple[int, ...]
     msg_bytes: float
     link: str
-    seconds: float
+    latency: float
+    transfer: float  # the part that holds the link
     issued: dict[int, float] = field(default_factory=dict)  # replayed rank -> issue time
     start: float = math.nan
     end: float = math.nan
@@ -147,6 +153,10 @@ class Collective:
     @property
     def scheduled(self) -> bool:
         return not math.isnan(self.end)
+
+    @property
+    def seconds(self) -> float:
+        return self.latency + self.transfer
 
 
 @dataclass
@@ -266,8 +276,8 @@ class Replay:
         coll = self.instances.get((key, seq))
         if coll is None:
             op = s.trace.names[int(ev["name"])]
-            link, seconds = self.costs.collective_seconds(op, group.ranks, float(ev["nbytes"]))
-            coll = Collective(op, group.label, group.ranks, float(ev["nbytes"]), link, seconds)
+            link, latency, transfer = self.costs.collective_seconds(op, group.ranks, float(ev["nbytes"]))
+            coll = Collective(op, group.label, group.ranks, float(ev["nbytes"]), link, latency, transfer)
             self.instances[(key, seq)] = coll
         coll.issued[s.trace.rank] = s.lanes[stream]
         s.coll_of[i] = coll
@@ -276,7 +286,7 @@ class Replay:
             start = max(max(coll.issued.values()), *(self.states[r].links[coll.link] for r in participants))
             coll.start, coll.end = start, start + coll.seconds
             for r in participants:
-                self.states[r].links[coll.link] = coll.end
+                self.states[r].links[coll.link] = start + coll.transfer
 
     def _wait(self, s: RankState, stream: int, coll: Collective) -> None:
         t0 = s.lanes[stream]
@@ -360,7 +370,7 @@ def repriced(
     Also each kind's kernel seconds so priced (the host's apart)."""
     hw, s = replay.costs.hw, replay.states[rank]
     totals = dict.fromkeys(KINDS[:3], 0.0)
-    links = merged([(c.start, c.end) for c in set(s.coll_of.values()) if c.scheduled])
+    links = merged([(c.start, c.start + c.transfer) for c in set(s.coll_of.values()) if c.scheduled])
     others = [merged(o.busy) for r, o in replay.states.items() if r != rank]
     out = []
     for (first, end, seconds), (start, stop) in zip(items, s.segment_times, strict=True):
@@ -376,7 +386,7 @@ def repriced(
     return out, totals
 
 
-KINDS = ("gemm", "attention", "elementwise", "gemm")  # the host's time shares the cores as GEMMs do
+KINDS = ("gemm", "attention", "elementwise", "host")
 
 
 def op_times(replay: Replay, rank: int) -> tuple[np.ndarray, np.ndarray]:

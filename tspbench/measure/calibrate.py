@@ -130,7 +130,7 @@ def calibrate(
     if not cuda:
         bandwidth = rates["hbm_bandwidth_gbs"] * 1e9
         profile["elementwise_passes"] = _elementwise_passes(rec, model, seq_len // ranks, bandwidth, repeats)
-        profile |= _timeline_costs(rec, model, seq_len, repeats, ranks)
+        profile |= _timeline_costs(rec, model, seq_len, repeats, ranks if not quick else 1)
     if ranks > 1:
         profile |= _world_figures(rec, model, seq_len, ranks, device, dtype, repeats, quick)
     else:
@@ -245,8 +245,9 @@ def _elementwise_passes(
 
 def _timeline_costs(rec: _Recorder, model: ModelConfig, tokens: int, repeats: int, ranks: int) -> dict:
     """The timeline's per-op terms, from a profiled single-device step (tspbench.measure.opcosts),
-    and with ``ranks`` the share of each kind when that many ranks run the same step at once."""
-    costs = launch(opcosts.timeline_costs_rank, 1, model, tokens, max(repeats, 5), timeout=1800)[0]
+    and with ``ranks`` the share of each kind when that many ranks run the same step at once
+    (``--quick`` leaves that out: the probes' contention stands in)."""
+    costs = launch(opcosts.timeline_costs_rank, 1, model, tokens, repeats, timeout=1800)[0]
     single = costs.pop("kinds")
     if ranks > 1:
         workload = Workload(model, 1, tokens, "train", dtype="float32")
@@ -260,7 +261,7 @@ def _timeline_costs(rec: _Recorder, model: ModelConfig, tokens: int, repeats: in
             f"rank alone, over the same on each of {ranks} ranks at once (dp {ranks}, torch.profiler)"
         )
     rec.step("per-op costs of a profiled step")
-    how = f"{model.name} at {tokens} tokens on one rank, medians of {max(repeats, 5)} profiled steps"
+    how = f"{model.name} at {tokens} tokens on one rank, medians of {repeats} profiled steps"
     rec.provenance |= {
         "op_overhead_us": f"measured: per-call time of the element-wise ops of a training step ({how}; "
         "torch.profiler self time against bytes, least squares), tspbench.measure.opcosts",

@@ -112,12 +112,16 @@ def gemm_rate(ops: dict[str, OpTotals], overhead: float) -> float:
     return sum(t.flops for t in rows) / busy if busy > 0 else float("nan")
 
 
+def host_total(wall_s: float, trace: RankTrace, seconds: dict[str, float]) -> float:
+    """Seconds the step spends outside the traced ops' aten kernels."""
+    names = {trace.names[i] for i in set(trace.events["name"].tolist())}
+    return max(wall_s - sum(seconds.get(n, 0.0) for n in names), 0.0)
+
+
 def host_seconds(wall_s: float, trace: RankTrace, seconds: dict[str, float]) -> float:
     """Seconds per traced op that the step spends outside the traced ops' aten kernels."""
-    names = {trace.names[i] for i in set(trace.events["name"].tolist())}
-    kernels = sum(seconds.get(n, 0.0) for n in names)
     ops = int((trace.events["kind"] == COMPUTE).sum())
-    return max(wall_s - kernels, 0.0) / max(ops, 1)
+    return host_total(wall_s, trace, seconds) / max(ops, 1)
 
 
 def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
@@ -148,7 +152,7 @@ def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
         "elementwise_bandwidth_gbs": bandwidth / 1e9,
         "gemm_tflops": gemm_rate(ops, overhead) / 1e12,
         "host_overhead_us": host_seconds(statistics.median(walls), trace, seconds) * 1e6,
-        "kinds": kind_seconds(seconds),
+        "kinds": {**kind_seconds(seconds), "host": host_total(statistics.median(walls), trace, seconds)},
         "wall_s": statistics.median(walls),
         "ops": len(trace),
     }
@@ -184,11 +188,18 @@ def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str,
     run.step()
     run.step()
     trace = traced(run.step, dist.get_rank() if dist.is_initialized() else 0)
-    profiles = [profiled(run.step) for _ in range(repeats)]
+    profiles, walls = [], []
+    for _ in range(repeats):
+        profiles.append(profiled(run.step))
+        start = time.perf_counter()
+        run.step()
+        walls.append(time.perf_counter() - start)
     names = set().union(*profiles)
-    return {"trace": trace, "seconds": {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}}
+    seconds = {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}
+    return {"trace": trace, "seconds": seconds, "wall_s": statistics.median(walls)}
 
 
 def profiled_kinds(layout: Layout, workload: Workload, repeats: int) -> dict[str, float]:
     """On every rank: a profiled step's self seconds by kind (the ranks' share of the host)."""
-    return kind_seconds(profiled_rank(layout, workload, repeats)["seconds"])
+    r = profiled_rank(layout, workload, repeats)
+    return {**kind_seconds(r["seconds"]), "host": host_total(r["wall_s"], r["trace"], r["seconds"])}
