@@ -13,10 +13,12 @@ import yaml
 from tspbench.analytic.backtest import backtest_rows, fit_profiles, summarize
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
-from tspbench.analytic.published import load_published, read_fake_record
+from tspbench.analytic.published import fake_record_path, load_published, read_fake_record
+from tspbench.analytic.timeline import timeline
 from tspbench.cli.main import main
 from tspbench.core.errors import ExperimentError
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.core.trace import load_traces
 
 REPO = Path(__file__).resolve().parents[1]
 FILE = REPO / "results" / "published" / "published.yaml"
@@ -48,6 +50,7 @@ def test_every_entry_parses_with_its_source_and_every_expressible_one_predicts(p
             f"{e.id}: run tspbench backtest --execute"
         )
         assert row["fake_allocated_gib"] == pytest.approx(record["peak_memory_bytes"] / 2**30)
+        assert row["assumed_timeline_tokens_per_s_per_gpu"] > 0, f"{e.id}: no stored trace"
     for e in published.entries:
         if not e.predicted:
             assert rows[e.id]["not_predicted"] and "calibrated_error" not in rows[e.id]
@@ -73,6 +76,13 @@ def test_the_error_is_predicted_over_published_minus_one(rows) -> None:
     for kind, profile in (("assumed", "h100-96gb-500w"), ("calibrated", "h100-96gb-500w-calibrated")):
         step = predict(Layout("fsdp", fsdp=8), workload, profile).step_time_s
         assert rows["tt-8b-fsdp8"][f"{kind}_error"] == pytest.approx(2 * 8192 / step / 5762 - 1, rel=1e-9)
+    traces, _ = load_traces(
+        fake_record_path(FILE.parent, Layout("fsdp", fsdp=8), workload).with_suffix(".npz")
+    )
+    step = timeline(traces, load_hardware("h100-96gb-500w"), 8).step_s
+    assert rows["tt-8b-fsdp8"]["assumed_timeline_error"] == pytest.approx(
+        2 * 8192 / step / 5762 - 1, rel=1e-9
+    )
     compiled = rows["tt-8b-fsdp8-compile"]
     assert compiled["assumed_error"] is None  # the assumed profile models no torch.compile
     assert compiled["calibrated_profile"] == "h100-96gb-500w-calibrated-compile"
@@ -90,7 +100,8 @@ def test_calibrated_profiles_hold_the_fit_of_their_calibration_entries_only(publ
         assert not any(f"entry {i} " in provenance for i in tests)
     for s in summarize(list(rows.values())):
         role = "calibration" if s.sample == "in-sample" else "test"
-        assert s.kind == "assumed" or {rows[i]["role"] for i in s.ids} <= {role}, s
+        nothing_fitted = s.kind in ("assumed", "timeline")
+        assert nothing_fitted or {rows[i]["role"] for i in s.ids} <= {role}, s
 
 
 def test_backtest_command_prints_the_table_and_writes_it_quickly(tmp_path: Path, capsys) -> None:

@@ -30,9 +30,11 @@ from typing import Any
 
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.predict import Prediction, predict
-from tspbench.analytic.published import Entry, Published, read_fake_record
+from tspbench.analytic.published import Entry, Published, fake_record_path, read_fake_record
+from tspbench.analytic.timeline import timeline
 from tspbench.core.errors import ExperimentError
 from tspbench.core.spec import Layout, Workload
+from tspbench.core.trace import load_traces
 
 GIB = 2**30
 PROFILE_KINDS = ("assumed", "calibrated")
@@ -119,6 +121,7 @@ def _row(published: Published, e: Entry, results: Path, cache: dict[str, Hardwar
     for kind in PROFILE_KINDS:
         name = profile_for(published, e, kind)
         row.update(_time_columns(kind, name, layout, workload, m["tokens_per_s_per_gpu"], cache))
+        row.update(_timeline_columns(kind, name, layout, workload, results, m["tokens_per_s_per_gpu"], cache))
     row.update(_memory_columns(published, e, layout, workload, results, cache))
     return row
 
@@ -149,6 +152,30 @@ def _time_columns(
         f"{kind}_step_s": p.step_time_s,
         **{f"{kind}_{_slug(t)}_s": s for t, s in terms.items()},
         f"{kind}_dominant": dominant(terms),
+    }
+
+
+def _timeline_columns(
+    kind: str,
+    name: str | None,
+    layout: Layout,
+    workload: Workload,
+    results: Path,
+    published: float,
+    cache: dict[str, Hardware],
+) -> dict[str, Any]:
+    """The timeline's tokens/s/GPU: the stored traced step (beside its fake record) replayed on
+    the profile; None without a profile or a trace."""
+    path = fake_record_path(results, layout, workload).with_suffix(".npz")
+    if name is None or not path.is_file():
+        return {f"{kind}_timeline_tokens_per_s_per_gpu": None, f"{kind}_timeline_error": None}
+    traces, _ = load_traces(path)
+    step = timeline(traces, _hardware(name, cache), layout.world_size).step_s
+    tps = tokens_per_gpu_per_step(layout, workload) / step
+    return {
+        f"{kind}_timeline_step_s": step,
+        f"{kind}_timeline_tokens_per_s_per_gpu": tps,
+        f"{kind}_timeline_error": error(tps, published),
     }
 
 
@@ -199,7 +226,7 @@ def source_text(e: Entry) -> str:
 class ErrorSummary:
     """Errors of one profile kind over one group of entries."""
 
-    kind: str  # assumed or calibrated
+    kind: str  # assumed or calibrated (the analytic model's time), or timeline (on the assumed)
     sample: str  # "in-sample" (calibration entries, calibrated profile) or "out-of-sample"
     ids: list[str]
     errors: list[float]
@@ -232,6 +259,16 @@ def summarize(rows: list[dict[str, Any]]) -> list[ErrorSummary]:
             out.append(
                 ErrorSummary(kind, sample, [r["id"] for r in scored], [r[f"{kind}_error"] for r in scored])
             )
+    # the timeline on the assumed profiles: nothing of it was fitted to these runs
+    timed = [r for r in rows if r.get("assumed_timeline_error") is not None]
+    out.append(
+        ErrorSummary(
+            "timeline",
+            "out-of-sample",
+            [r["id"] for r in timed],
+            [r["assumed_timeline_error"] for r in timed],
+        )
+    )
     return out
 
 

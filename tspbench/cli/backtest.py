@@ -17,6 +17,11 @@ from typing import Any
 from tspbench.cli.args import output_path
 
 DEFAULT_FILE = Path("results/published/published.yaml")
+WHAT = {
+    "assumed": "assumed profile",
+    "calibrated": "calibrated profile",
+    "timeline": "timeline (assumed profile)",
+}
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -84,7 +89,8 @@ def _tps(x: float | None) -> str:
 def print_table(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> None:
     print(
         f"{'entry':<28} {'role':<11} {'layout (published)':<20} {'published':>9} {'assumed':>8} {'error':>7} "
-        f"{'calibr.':>8} {'error':>7}  {'mem GiB pub/fake/resv':<24} dominant (calibrated)"
+        f"{'timeline':>8} {'error':>7} {'calibr.':>8} {'error':>7}  {'mem GiB pub/fake/resv':<24} "
+        "dominant (calibrated)"
     )
     for r in (r for r in rows if r["predicted"]):
         mem = "/".join(
@@ -95,6 +101,8 @@ def print_table(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> No
         print(
             f"{r['id']:<28} {r['role']:<11} {layout:<20} {_tps(r['published_tokens_per_s_per_gpu']):>9} "
             f"{_tps(r['assumed_tokens_per_s_per_gpu']):>8} {_pct(r['assumed_error']):>7} "
+            f"{_tps(r.get('assumed_timeline_tokens_per_s_per_gpu')):>8} "
+            f"{_pct(r.get('assumed_timeline_error')):>7} "
             f"{_tps(r['calibrated_tokens_per_s_per_gpu']):>8} {_pct(r['calibrated_error']):>7}  {mem:<24} "
             f"{r.get('calibrated_dominant') or ''}"
         )
@@ -104,6 +112,6 @@ def print_table(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> No
         print(f"  {r['id']:<30} {r['not_predicted'][:100]}")
     for s in summary:
         print(
-            f"{s['kind']} profile, {s['sample']}: {len(s['ids'])} entries, median |error| "
+            f"{WHAT[s['kind']]}, {s['sample']}: {len(s['ids'])} entries, median |error| "
             f"{_abs(s['median_abs'])}, worst {_pct(s['worst'])}"
         )

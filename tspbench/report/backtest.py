@@ -19,7 +19,11 @@ from tspbench.report import style as st
 from tspbench.report.bars import parity_axes
 from tspbench.sweep.store import write_atomic
 
-KINDS = {"assumed": "assumed profile (nothing fitted)", "calibrated": "calibrated profile"}
+KINDS = {
+    "assumed": "assumed profile (nothing fitted)",
+    "calibrated": "calibrated profile",
+    "timeline": "timeline, assumed profile",
+}
 COLORS = {"calibration": "#d55e00", "test": "#0072b2"}
 FILLS = {"calibrated": "#555555", "assumed": "white"}
 LABEL_OFFSET = {"calibration": (6, -7), "test": (6, 7)}  # points: the two kinds sit close together
@@ -38,15 +42,16 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
     lines = [
         "# Backtest: published GPU runs predicted by the model",
         "",
-        "Predicted by the model (tspbench/analytic/predict.py) vs published; error = predicted / "
+        "Predicted by the model (tspbench/analytic/predict.py) and by the timeline (the fake world's "
+        "traced step replayed, tspbench/analytic/timeline.py) vs published; error = predicted / "
         "published - 1. Memory: the fake world's executed peak (allocated), and the reserved memory "
         "the profile assumes on top of it; torchtitan publishes reserved. A compiled run shares its eager "
         "run's record: the project executes no compiled program.",
         "",
-        "| entry | role | published layout | as | tokens/s/GPU published | assumed | error | calibrated "
-        "| error | dominant terms (calibrated) | memory GiB published | fake allocated | predicted reserved "
-        "| error |",
-        "|---|---|---|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|",
+        "| entry | role | published layout | as | tokens/s/GPU published | assumed | error | timeline "
+        "(assumed) | error | calibrated | error | dominant terms (calibrated) | memory GiB published "
+        "| fake allocated | predicted reserved | error |",
+        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|",
     ]
     for r in (r for r in rows if r["predicted"]):
         mem = f"{_num(r['published_memory_gib'], '.1f')} {r['published_memory_kind'] or ''}".strip()
@@ -55,6 +60,8 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
             f"| {r['expressed_as']}, recompute {r['recompute']} "
             f"| {_num(r['published_tokens_per_s_per_gpu'])} "
             f"| {_num(r['assumed_tokens_per_s_per_gpu'])} | {_pct(r['assumed_error'])} "
+            f"| {_num(r.get('assumed_timeline_tokens_per_s_per_gpu'))} "
+            f"| {_pct(r.get('assumed_timeline_error'))} "
             f"| {_num(r['calibrated_tokens_per_s_per_gpu'])} | {_pct(r['calibrated_error'])} "
             f"| {r.get('calibrated_dominant') or ''} | {mem or 'not published'} "
             f"| {_num(r['fake_allocated_gib'], '.1f') or 'not executed'} "

@@ -31,7 +31,8 @@ def execute_published(
         if (path.exists() and not rerun) or path in written:
             continue
         say(f"{entry.id}: executing {layout.describe()} at {workload.seq_len} tokens in the fake world")
-        record = fake_bench(layout, workload, ranks=[0])
+        record = fake_bench(layout, workload, ranks=[0], trace_path=path.with_suffix(".npz"))
+        record["trace_path"] = path.with_suffix(".npz").name  # beside the record, in the repository
         record["published_entries"] = [e.id for e in published.predicted() if e.point() == (layout, workload)]
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
