@@ -130,6 +130,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     return exp, report(exp)
 
 
+@pytest.mark.slow
 def test_summary_table_has_columns_rows_and_order(measured: tuple[Path, object]) -> None:
     _, out = measured
     table = pd.read_csv(out.out_dir / "summary.csv")
@@ -155,7 +156,7 @@ def test_summary_table_has_columns_rows_and_order(measured: tuple[Path, object])
 def test_figures_exist_and_are_valid_png_and_svg(measured: tuple[Path, object]) -> None:
     _, out = measured
     assert set(out.figures) == MEASURED_FIGURES
-    assert set(out.skipped) == {"scaling", "microbatch"}
+    assert set(out.skipped) == {"scaling", "microbatch", "timeline_gantt"}
     for name, (png, svg) in out.figures.items():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         height, width = mpimg.imread(png).shape[:2]
@@ -194,6 +195,7 @@ def test_oom_points_are_marked(measured: tuple[Path, object]) -> None:
     assert [y for _, y in oom_marks(speed)] == [0.0, 0.0]  # no throughput: on the x axis
 
 
+@pytest.mark.slow
 def test_rerun_gives_identical_bytes_in_process_and_from_the_cli(
     measured: tuple[Path, object], tmp_path: Path
 ) -> None:
@@ -211,6 +213,7 @@ def test_rerun_gives_identical_bytes_in_process_and_from_the_cli(
         assert (cli / name).read_bytes() == first, name
 
 
+@pytest.mark.slow
 def test_predicted_sweep_draws_scaling_and_microbatch(tmp_path: Path) -> None:
     yaml = tmp_path / "tiny.yaml"
     yaml.write_text(
@@ -235,6 +238,7 @@ def test_predicted_sweep_draws_scaling_and_microbatch(tmp_path: Path) -> None:
     assert table.loc[table["status"] == "oom", "tokens/s per GPU"].isna().all()
 
 
+@pytest.mark.slow
 def test_results_root_reports_each_experiment_and_links_them(tmp_path: Path) -> None:
     for name in ("alpha", "beta"):
         write_experiment(tmp_path / "results", name, ["tp", "tsp"], (1024,))
@@ -246,6 +250,7 @@ def test_results_root_reports_each_experiment_and_links_them(tmp_path: Path) -> 
     assert "(alpha/report.md)" in index and "(beta/report.md)" in index
 
 
+@pytest.mark.slow
 def test_cli_exit_codes(measured: tuple[Path, object], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["report", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()

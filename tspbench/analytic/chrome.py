@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tspbench.analytic.timeline import Timeline, op_times
+from tspbench.analytic.timeline import RankState, Timeline, op_times
 from tspbench.core.trace import COMPUTE, VIEW
 
 LINK_TRACKS = {"node": 1000, "nic": 1001}
@@ -49,12 +49,30 @@ def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, object]:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
 
 
+def kernel_ops(tl: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(event rows, start s, seconds) of the rank's compute ops that run a kernel (views and
+    allocations left out), as the replay placed them on their stream."""
+    ev = tl.replay.states[rank].trace.events
+    start, seconds = op_times(tl.replay, rank)
+    return np.flatnonzero((ev["kind"] == COMPUTE) & (ev["cls"] != VIEW)), start, seconds
+
+
+def layer_spans(state: RankState) -> list[tuple[str, float, float]]:
+    """(label, begin s, end s) of each layer forward the rank marked, in the order they ended."""
+    out, open_at = [], {}
+    for label, end, t in state.marks:
+        if not end:
+            open_at[label] = t
+        elif label in open_at:
+            out.append((label, open_at.pop(label), t))
+    return out
+
+
 def _ops(tl: Timeline, rank: int) -> list[dict[str, object]]:
     trace = tl.replay.states[rank].trace
     ev = trace.events
-    start, seconds = op_times(tl.replay, rank)
+    keep, start, seconds = kernel_ops(tl, rank)
     phases = trace.phases
-    keep = np.flatnonzero((ev["kind"] == COMPUTE) & (ev["cls"] != VIEW))
     return [
         {
             "ph": "X",
@@ -74,7 +92,7 @@ def _ops(tl: Timeline, rank: int) -> list[dict[str, object]]:
     ]
 
 
-def _collectives(state, rank: int) -> list[dict[str, object]]:
+def _collectives(state: RankState, rank: int) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for link, tid in LINK_TRACKS.items():
         if any(c.link == link for c in state.coll_of.values()):
@@ -100,16 +118,19 @@ def _collectives(state, rank: int) -> list[dict[str, object]]:
     return out
 
 
-def _layers(state, rank: int) -> list[dict[str, object]]:
+def _layers(state: RankState, rank: int) -> list[dict[str, object]]:
     """A span per layer forward, from its begin mark to its end mark."""
-    out, open_at = [], {}
-    for label, end, t in state.marks:
-        if not end:
-            open_at[label] = t
-        elif label in open_at:
-            begin = open_at.pop(label)
-            span = {"ts": begin * 1e6, "dur": (t - begin) * 1e6, "name": f"{label} forward"}
-            out.append({"ph": "X", "pid": rank, "tid": LAYERS_TRACK, **span})
+    out: list[dict[str, object]] = [
+        {
+            "ph": "X",
+            "pid": rank,
+            "tid": LAYERS_TRACK,
+            "ts": begin * 1e6,
+            "dur": (end - begin) * 1e6,
+            "name": f"{label} forward",
+        }
+        for label, begin, end in layer_spans(state)
+    ]
     if out:
         out.insert(0, _meta("thread_name", rank, LAYERS_TRACK, "layers"))
     return out

@@ -36,6 +36,7 @@ import numpy as np
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.timing import comm_seconds, ranks_per_node, sync_seconds
+from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.records import point_record
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.costs.decode import (
@@ -50,7 +51,6 @@ from tspbench.costs.decode import (
     tsp_shard_gemm_flops,
     widths,
 )
-from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.mesh import Mesh
 from tspbench.strategy import Traffic, get_strategy
 

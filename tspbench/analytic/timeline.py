@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tspbench.analytic.hardware import Hardware
+from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.trace import (
     ATTENTION,
     CAUSAL,
@@ -60,7 +61,6 @@ from tspbench.core.trace import (
     WAIT,
     RankTrace,
 )
-from tspbench.dist.comm import BUS_FACTOR
 
 PASSES = 3  # replays: the first without contention, each next with the overlaps of the one before
 Item = tuple[int, int, float]  # events [first, end) of a rank; seconds of a run of compute, or nan

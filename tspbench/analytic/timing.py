@@ -43,9 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tspbench.analytic.hardware import Hardware
+from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.flops import FlopTerms
-from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.mesh import Mesh
 from tspbench.strategy.traffic import Traffic
 

@@ -35,17 +35,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.names import PHASES
-
-BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send_recv": lambda n: 1.0,
-}
 
 
 @dataclass(frozen=True)

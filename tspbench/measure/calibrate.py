@@ -43,9 +43,9 @@ from functools import partial
 
 import torch
 
+from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.progress import Progress
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts, probes
 from tspbench.measure.probes import Rate

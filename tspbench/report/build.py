@@ -6,7 +6,9 @@
         <figure>.png, .svg      see FIGURES below
 
 Everything is drawn from the records alone (``tspbench.sweep.store.load``), so a report
-regenerates anywhere, and the same records give byte-identical files (tspbench.report.style.save).
+regenerates anywhere, and the same records give byte-identical files (tspbench.report.style.save);
+the Gantt figure (tspbench.report.gantt) also replays the step traces kept in the run folders
+(``run.trace: true``), and is skipped where there are none.
 Given a results root of several experiments, each gets its own subfolder and report.md links
 them. The records become one frame in tspbench.report.frame; tables.py, figures.py (lines) and
 bars.py (bars and parity) draw from it. No torch is needed.
@@ -23,7 +25,7 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tspbench.report import bars, decode, figures
+from tspbench.report import bars, decode, figures, gantt
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
@@ -55,11 +57,11 @@ def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
     results_dir = results_folder(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
     if is_experiment(results_dir):
-        return report_experiment(load(results_dir), out_dir)
+        return report_experiment(load(results_dir), out_dir, results_dir)
     experiments = sorted(p for p in results_dir.iterdir() if p.is_dir() and is_experiment(p))
     if not experiments:
         raise FileNotFoundError(f"{results_dir}: no stored runs (no <run>/point.json here or one level down)")
-    children = [report_experiment(load(p), out_dir / p.name) for p in experiments]
+    children = [report_experiment(load(p), out_dir / p.name, p) for p in experiments]
     lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
     write_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
     return ReportOutputs(out_dir, out_dir / "report.md", experiments=children)
@@ -101,12 +103,17 @@ FIGURES = (
                "marked", "no decode point has a TPOT", "decode"),
     FigureSpec(decode.tpot_tails, "decode: p50 and p99 time per output token vs batch",
                "no decode point has p50 and p99 TPOT", "decode"),
+    FigureSpec(gantt.timeline_gantt, "one decoder layer's forward per strategy on rank 0: compute and "
+               "link lanes as the timeline replays the traced step", "no completed point has a step "
+               "trace (trace.npz: run.trace: true) with layer marks"),
 )  # fmt: skip
 
 
-def report_experiment(frame: pd.DataFrame, out_dir: Path) -> ReportOutputs:
+def report_experiment(frame: pd.DataFrame, out_dir: Path, runs: Path | None = None) -> ReportOutputs:
+    """The report of one experiment's records; ``runs``: the folder they were loaded from (its run
+    folders hold the step traces the Gantt figure replays: without it, that figure is skipped)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = prepare(frame)
+    df = prepare(with_run_dirs(frame, runs))
     outputs = ReportOutputs(out_dir, out_dir / "report.md")
     table = summary_table(df)
     write_atomic(out_dir / "summary.csv", table.to_csv(index=False))
@@ -126,6 +133,13 @@ def report_experiment(frame: pd.DataFrame, out_dir: Path) -> ReportOutputs:
                     (out_dir / f"{spec.name}.{ext}").unlink()
     write_atomic(outputs.index, index_text(df, ctx, outputs))
     return outputs
+
+
+def with_run_dirs(frame: pd.DataFrame, runs: Path | None) -> pd.DataFrame:
+    """The records with each point's run folder (``gantt.RUN_DIR``) when ``runs`` is known."""
+    if runs is None or "run_id" not in frame:
+        return frame
+    return frame.assign(**{gantt.RUN_DIR: [str(Path(runs) / str(r)) for r in frame["run_id"]]})
 
 
 def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs) -> str:

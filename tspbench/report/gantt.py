@@ -1,0 +1,240 @@
+"""The report's Gantt figure: one decoder layer's forward per strategy, as the timeline replays it.
+
+An experiment run with ``run.trace: true`` keeps each point's traced step beside its record
+(``<run>/trace.npz``: what every rank issued, in program order). ``pick`` takes one completed,
+traced point per strategy at one shape: the most common setting (world size, mode,
+recomputation, micro-batch, model, dtype; ties to the larger world), the longest sequence that
+every traced strategy ran there, and a strategy's first layout in the report's order. Each is
+replayed (tspbench.analytic.timeline) on the hardware profile its record names
+(``timeline_hardware``, else ``hardware``, else ``cpu`` for a CPU run and ``mi300x`` for a
+simulated GPU, as bench prices them) in the point's world.
+
+One panel per strategy shows the lowest replayed rank (rank 0) over one layer's forward, from
+its begin mark to its end mark: the second layer's (a steady one: the first carries the step's
+start), else the first. Lanes as in the Chrome trace (tspbench.analytic.chrome): ``compute:
+<stream>`` per CUDA stream (one on CPU) with every op that runs a kernel, split into the host's
+time per op (drawn first) and the kernel, coloured GEMM / attention / element-wise / host; and
+``link: node`` / ``link: nic`` with each collective from its start to its end, coloured by op.
+Bars are drawn where the replay placed them (an op or collective that overlaps the layer's span
+is drawn whole, the axis cut at the longest layer); x in ms from the layer's start, shared by
+the panels, a dashed line at each layer's end. Each bar collection's gid is ``lane|kind``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
+from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.timeline import Timeline, timeline
+from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
+from tspbench.report import style as st
+from tspbench.report.bars import op_colors
+from tspbench.report.frame import Context
+
+TRACE_FILE = "trace.npz"
+RUN_DIR = "run_dir"  # column: the point's run folder (tspbench.report.build adds it)
+SETTING = ("world_size", "mode", "recompute", "batch", "model", "dtype")
+LAYER = 1  # the second layer's forward, else the first
+KIND_NAMES = {GEMM: "GEMM", ATTENTION: "attention", ELEMENTWISE: "element-wise"}
+KIND_COLORS = {"GEMM": "#4c72b0", "attention": "#c44e52", "element-wise": "#7f7f7f", "host": "#d4d4d4"}
+BAR_HEIGHT = 0.7
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One drawn bar: its lane, what it is (a compute kind or a collective op), seconds from the
+    layer's start and its length in seconds."""
+
+    lane: str
+    kind: str
+    start: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One strategy's layer: which point, which layer, how long its forward took, lanes, bars."""
+
+    label: str
+    run_id: str
+    layer: str
+    seconds: float
+    lanes: list[str]
+    bars: list[Bar]
+
+
+# ----------------------------------------------------------------------------- choosing points
+
+
+def traced(df: pd.DataFrame) -> pd.DataFrame:
+    """The completed points whose run folder holds a step trace (none without a run_dir column)."""
+    if RUN_DIR not in df:
+        return df.iloc[:0]
+    has = [isinstance(d, str) and (Path(d) / TRACE_FILE).is_file() for d in df[RUN_DIR]]
+    return df[(df["status"] == "completed") & np.array(has, dtype=bool)]
+
+
+def pick(df: pd.DataFrame) -> pd.DataFrame:
+    """One traced point per strategy at a common shape (see the module docstring), in the
+    report's order; empty when no point has a trace."""
+    rows = traced(df)
+    if rows.empty:
+        return rows
+    keys = list(zip(*(rows[c] for c in SETTING), strict=True))
+    counts = Counter(keys)
+    setting = max(counts, key=lambda k: (counts[k], k[0]))  # first seen among equals
+    rows = rows[[k == setting for k in keys]]
+    lengths = rows.groupby("strategy", sort=False)["seq_len"].agg(set)
+    seen = Counter(s for values in lengths for s in values)
+    seq = max(seen, key=lambda s: (seen[s], s))  # the longest that every strategy has, if any
+    return rows[rows["seq_len"] == seq].drop_duplicates("strategy")
+
+
+def profile_name(row: pd.Series) -> str:
+    """The hardware profile the record was priced on (what bench uses when none is named)."""
+    for col in ("timeline_hardware", "hardware"):
+        value = row.get(col)
+        if isinstance(value, str) and value:
+            return value
+    return "cpu" if row["device"] == "cpu" else "mi300x"
+
+
+def replay(row: pd.Series) -> Timeline:
+    traces, _ = load_traces(Path(row[RUN_DIR]) / TRACE_FILE)
+    return timeline(traces, load_hardware(profile_name(row)), int(row["world_size"]))
+
+
+# ----------------------------------------------------------------------------- replay -> bars
+
+
+def layer_window(tl: Timeline, rank: int) -> tuple[str, float, float] | None:
+    """(label, begin s, end s) of the layer drawn: the second layer marked, else the first."""
+    spans = layer_spans(tl.replay.states[rank])
+    first = list(dict.fromkeys(label for label, _, _ in spans))
+    if not first:
+        return None
+    label = first[min(LAYER, len(first) - 1)]
+    return next(span for span in spans if span[0] == label)
+
+
+def compute_bars(tl: Timeline, rank: int, t0: float, t1: float) -> list[Bar]:
+    """The kernel ops overlapping [t0, t1): the host's time per op, then the kernel."""
+    trace = tl.replay.states[rank].trace
+    rows, start, seconds = kernel_ops(tl, rank)
+    base, host = tl.replay.base[rank], tl.replay.costs.hw.host_overhead_us * 1e-6
+    out = []
+    for i in rows[(start[rows] < t1) & (start[rows] + seconds[rows] > t0)]:
+        lane = f"compute: {trace.streams[int(trace.events['stream'][i])]}"
+        kind = KIND_NAMES.get(int(trace.events["cls"][i]), "element-wise")
+        front = seconds[i] * host / base[i] if base[i] > 0 else 0.0
+        if front > 0:
+            out.append(Bar(lane, "host", start[i] - t0, front))
+        out.append(Bar(lane, kind, start[i] + front - t0, seconds[i] - front))
+    return out
+
+
+def collective_bars(tl: Timeline, rank: int, t0: float, t1: float) -> list[Bar]:
+    """The rank's collectives whose replayed span overlaps [t0, t1), start to end."""
+    colls = {id(c): c for c in tl.replay.states[rank].coll_of.values() if c.scheduled}.values()
+    hits = sorted((c for c in colls if c.start < t1 and c.end > t0), key=lambda c: (c.start, c.end, c.op))
+    return [Bar(f"link: {c.link}", c.op, c.start - t0, c.end - c.start) for c in hits]
+
+
+def lanes(tl: Timeline, rank: int) -> list[str]:
+    """The rank's compute streams, then the links it uses anywhere in the step."""
+    state = tl.replay.states[rank]
+    trace = state.trace
+    streams = sorted({int(s) for s in trace.events["stream"][kernel_ops(tl, rank)[0]]})
+    links = [link for link in LINK_TRACKS if any(c.link == link for c in state.coll_of.values())]
+    return [f"compute: {trace.streams[s]}" for s in streams] + [f"link: {link}" for link in links]
+
+
+def panel(row: pd.Series, tl: Timeline) -> Panel | None:
+    """The strategy's panel from its replayed step; None when the trace marks no layer."""
+    rank = min(tl.replay.states)
+    window = layer_window(tl, rank)
+    if window is None:
+        return None
+    label, t0, t1 = window
+    bars = compute_bars(tl, rank, t0, t1) + collective_bars(tl, rank, t0, t1)
+    return Panel(str(row["series"]), str(row["run_id"]), label, t1 - t0, lanes(tl, rank), bars)
+
+
+# ----------------------------------------------------------------------------- drawing
+
+
+def timeline_gantt(df: pd.DataFrame, ctx: Context) -> Figure | None:
+    """One panel per strategy: a layer's forward on rank 0 as the timeline replays the traced
+    step; None when no completed point has a trace with layer marks."""
+    rows = pick(df)
+    panels = [p for p in (panel(row, replay(row)) for _, row in rows.iterrows()) if p is not None]
+    if not panels:
+        return None
+    heights = [0.45 * len(p.lanes) + 0.55 for p in panels]
+    fig = st.new_figure(11.0, sum(heights) + 1.4)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
+    right = max(p.seconds for p in panels) * 1e3
+    for ax, p in zip(axes, panels, strict=True):
+        draw_panel(ax, p, ctx.noun)
+    axes[-1].set_xlim(0, right * 1.02)
+    axes[-1].set_xlabel("ms from the layer's start (dashed: its end)")
+    fig.legend(handles=legend_handles(panels), loc="outside right center", frameon=False, title="op")
+    fig.suptitle(title(rows, ctx))
+    return fig
+
+
+def draw_panel(ax: Axes, p: Panel, noun: str) -> None:
+    """The panel's lanes top to bottom, one bar collection per lane and kind."""
+    colors = kind_colors([b.kind for b in p.bars])
+    for y, lane in enumerate(p.lanes):
+        for kind in dict.fromkeys(b.kind for b in p.bars if b.lane == lane):
+            spans = [(b.start * 1e3, b.seconds * 1e3) for b in p.bars if b.lane == lane and b.kind == kind]
+            bars = ax.broken_barh(
+                spans, (y - BAR_HEIGHT / 2, BAR_HEIGHT), facecolors=colors[kind], linewidth=0
+            )
+            bars.set_gid(f"{lane}|{kind}")
+    ax.axvline(p.seconds * 1e3, color=st.CAPACITY_COLOR, ls="--", lw=1.0)
+    ax.set_yticks(range(len(p.lanes)), p.lanes)
+    ax.set_ylim(len(p.lanes) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+    ms = f"{p.seconds * 1e3:.3g} ms"
+    ax.set_title(f"{p.label}: {p.layer} forward on {noun} 0, {ms} (run {p.run_id})", loc="left")
+
+
+def kind_colors(kinds: list[str]) -> dict[str, str]:
+    """Compute kinds' fixed colors; collectives' as the comm figure has them."""
+    ops = sorted(set(kinds) - set(KIND_COLORS))
+    return {**KIND_COLORS, **dict(zip(ops, op_colors(ops), strict=True))}
+
+
+def legend_handles(panels: list[Panel]) -> list[Patch]:
+    """The kinds drawn in any panel: compute kinds first, then collectives in the comm order."""
+    drawn = {b.kind for p in panels for b in p.bars}
+    ops = [o for o in st.OP_COLORS if o in drawn] + sorted(drawn - set(st.OP_COLORS) - set(KIND_COLORS))
+    colors = kind_colors(sorted(drawn))
+    return [Patch(color=colors[k], label=k) for k in [*(k for k in KIND_COLORS if k in drawn), *ops]]
+
+
+def title(rows: pd.DataFrame, ctx: Context) -> str:
+    """Experiment, the point's shape, the profile and where the trace came from."""
+    first = rows.iloc[0]
+    experiment = str(first["experiment"]) if "experiment" in rows else "experiment"
+    parts = [f"{first['model']} preset" if first["model"] else "", first["mode"], first["dtype"],
+             f"seq {st.tokens_label(float(first['seq_len']))}", f"micro-batch {first['batch']}",
+             f"{first['world_size']} {ctx.noun}s", f"recompute {first['recompute']}"]  # fmt: skip
+    shape = ", ".join(str(part) for part in parts if part)
+    profiles = " / ".join(dict.fromkeys(profile_name(r) for _, r in rows.iterrows()))
+    sources = " and ".join(
+        dict.fromkeys("fake-world trace" if s == "fake" else "measured-run trace" for s in rows["source"])
+    )
+    what = "one decoder layer's forward per strategy, the timeline's replay of the executed step"
+    return f"{experiment}: {what}\n{shape}\nreplayed on the {profiles} profile from the {sources}"
