@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-compare gpu-check lint clean
+.PHONY: demo test check docs bench bench-compare gpu-check lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the fast loop: lint and every test not marked slow (no multi-rank run, no sweep, no Slurm)
+check: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# README.md and docs/*.md from docs/templates/, every number from results/
+docs: $(STAMP)
+	$(BIN)/python -m tools.gen_docs
 
 BENCH := $(BIN)/python -m pytest benchmarks -q -p no:cacheprovider --benchmark-enable --benchmark-only \
 	--benchmark-storage=file://benchmarks/saved --benchmark-columns=min,median,max,stddev,rounds

@@ -25,3 +25,9 @@ def measure_steps(layout: Layout, workloads: list[Workload]) -> list[dict]:
         step = run.measured_step()
         out.append({"flops": flops, "memory": step.memory, "comm": summarize(step.comm)})
     return out
+
+
+def measure_layouts(plan: list[tuple[Layout, list[Workload]]]) -> list[list[dict]]:
+    """``measure_steps`` for several layouts of one world size in one launch (each layout builds
+    its own groups), saving a launch per layout."""
+    return [measure_steps(layout, workloads) for layout, workloads in plan]

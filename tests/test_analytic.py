@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stepping import measure_steps
+from stepping import measure_layouts
 
 from tspbench.analytic.hardware import available_hardware, load_hardware
 from tspbench.analytic.predict import predict
@@ -67,13 +67,16 @@ def measured(request: pytest.FixtureRequest) -> dict:
     base = Workload(ModelConfig.preset(preset), 1, PRESETS[preset], dtype="float32")
     workloads = [base.with_(mode=m, recompute=r) for m, r in MODES]
     results = {}
-    for layout in LAYOUTS:
-        ranks = launch(measure_steps, layout.world_size, layout, workloads)
-        for i, workload in enumerate(workloads):
-            results[(layout, workload)] = [rank[i] for rank in ranks]
+    for world in sorted({layout.world_size for layout in LAYOUTS}):
+        layouts = [layout for layout in LAYOUTS if layout.world_size == world]
+        ranks = launch(measure_layouts, world, [(layout, workloads) for layout in layouts], timeout=900)
+        for j, layout in enumerate(layouts):
+            for i, workload in enumerate(workloads):
+                results[(layout, workload)] = [rank[j][i] for rank in ranks]
     return results
 
 
+@pytest.mark.slow
 def test_model_matches_measurement(measured: dict) -> None:
     failures = []
     for (layout, workload), ranks in measured.items():
@@ -162,6 +165,7 @@ def test_crossover_matches_the_papers_condition() -> None:
     assert 8 * 4096 <= tokens <= 1.1 * 8 * 4096
 
 
+@pytest.mark.slow
 def test_plan_ranks_fitting_layouts_and_explains_the_rest(capsys: pytest.CaptureFixture) -> None:
     code = main(
         [
@@ -207,6 +211,7 @@ def test_bad_hardware_profile_names_file_and_key(tmp_path: Path) -> None:
         load_hardware("nope")
 
 
+@pytest.mark.slow
 def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     out = tmp_path / "here.yaml"
     assert main(["calibrate", "--quick", "--ranks", "2", "--out", str(out)]) == 0

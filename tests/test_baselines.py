@@ -15,6 +15,8 @@ from tspbench.dist.launch import launch
 from tspbench.measure.runner import RankRun
 from tspbench.measure.validate import validate
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 # Sizes no degree divides: FSDP pads every shard (509 / 4 -> 128 rows, 130 -> 33, ...).
 ODD = ModelConfig(48, 2, 4, 2, 130, vocab_size=509, name="odd")
 

@@ -18,6 +18,8 @@ from tspbench.dist.comm import CommRecord, summarize
 from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 ROWS, COLS = 6, 5  # float64: 240 bytes per rank's buffer
 
 

@@ -38,6 +38,8 @@ from tspbench.dist.launch import launch
 from tspbench.measure.runner import RankRun
 from tspbench.model.transformer import Transformer
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 TINY = ModelConfig.preset("tiny")
 SHORT = Workload(TINY, batch=1, seq_len=128, dtype="float32")
 TINY_SHAPES = {n: tuple(p.shape) for n, p in Transformer(TINY, seed=0).named_parameters()}

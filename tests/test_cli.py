@@ -38,6 +38,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_help_exits_0_and_lists_the_commands() -> None:
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr
@@ -45,6 +46,7 @@ def test_help_exits_0_and_lists_the_commands() -> None:
         assert command in proc.stdout
 
 
+@pytest.mark.slow
 def test_env_json_has_the_documented_keys() -> None:
     proc = _run("env", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -20,6 +20,8 @@ from tspbench.dist.comm import CommRecord, summarize
 from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 SIZES = (2, 4)
 SHAPE = (3, 4)  # a plain buffer: 96 bytes in float64
 ROWS = 3  # rows per rank along dim 1 for the "along a dim" forms: [2, ROWS, 5] per rank

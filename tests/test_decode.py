@@ -22,6 +22,8 @@ from tspbench.measure.validate import validate
 from tspbench.model.reference import Reference, single_threaded
 from tspbench.strategy import get_strategy, iter_strategies
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 TINY = ModelConfig.preset("tiny")
 STEPS = 3
 # B = 3: with P = 2 or 4 sequence ranks some slots are padding (b = ceil(3 / P)).

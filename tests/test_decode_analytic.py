@@ -160,6 +160,7 @@ def test_spec_decode_comm_equals_the_strategies_declared_traffic(layout: Layout)
     assert declared_decode_traffic(layout, workload) == ours
 
 
+@pytest.mark.slow
 def test_decode_report_draws_tpot_figures_and_marks_tsp_break_even(tmp_path) -> None:
     """Projected decode records (tiny, toy profile: TSP 4 breaks even at B = 8,884) through the
     report: both decode figures drawn, the break-even named on the TPOT figure; a report of

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from stepping import measure_steps
+from stepping import measure_layouts
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tspbench.cli.main import main
@@ -36,6 +36,8 @@ from tspbench.dist.launch import launch
 from tspbench.measure import fake_cuda
 from tspbench.measure.fake import fake_bench, fake_rank
 from tspbench.strategy import check_layout, iter_strategies, layout_for, registry
+
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
 
 MODES = (("train", "none"), ("train", "selective"), ("train", "full"), ("infer", "none"))
 TINY = ModelConfig.preset("tiny")
@@ -92,12 +94,12 @@ def _fake(cases: list[tuple[Layout, list[Workload]]]) -> list[list[dict]]:
 def test_cpu_fake_world_equals_a_real_gloo_run(world: int) -> None:
     todo = cases(world, "float32", "cpu", decode=True)
     fake = run_fake_ranks(_fake, range(world), world, todo, workers=2)  # [rank][case][workload]
+    real = launch(measure_layouts, world, todo, timeout=900)  # [rank][case][workload], one launch
     failures = []
     for c, (layout, loads) in enumerate(todo):
-        real = launch(measure_steps, world, layout, loads)
         for rank in range(world):
             for i, workload in enumerate(loads):
-                r, f = real[rank][i], fake[rank][c][i]
+                r, f = real[rank][c][i], fake[rank][c][i]
                 where = f"{layout.describe()} rank {rank} {workload.mode}/{workload.recompute}"
                 got, want = (
                     (f["memory"].peak_bytes, f["memory"].by_category),
@@ -203,7 +205,6 @@ FAULTS = """
 import time
 
 from tspbench.strategies.dp import DataParallel
-
 
 class NonzeroDP(DataParallel):
     name = "fake_fault_nonzero"

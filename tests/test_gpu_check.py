@@ -13,6 +13,8 @@ import torch
 from tspbench.cli import main
 from tspbench.strategy import available
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 CHECKS = {"attention", "calibrate", "overlap/tsp"} | {
     f"{k}/{s}" for k in ("validate", "memory") for s in available()
 }

@@ -22,6 +22,8 @@ import tspbench.dist.launch as launch_module
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
 from tspbench.measure.tracker import MemoryTracker
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 # ----------------------------------------------------------------------------- on the ranks
 
 

@@ -70,6 +70,7 @@ def _dtensor_bytes() -> tuple[int, dict[str, int]]:
     return t.peak, persistent_bytes(nn.ParameterList([param]), None)
 
 
+@pytest.mark.slow
 def test_dtensor_counts_its_local_storage() -> None:
     from tspbench.dist.launch import launch
 
@@ -99,6 +100,7 @@ def _loss_parallel_log_softmax() -> tuple[int, int]:
     return t.peak, out_bytes
 
 
+@pytest.mark.slow
 def test_memory_inside_a_dtensor_op_is_counted() -> None:
     """loss_parallel's log-softmax (torch/distributed/tensor/parallel/loss.py, _log_softmax) on a
     local x [T, V'] float32: x_max [T, 1], all-reduced into a new [T, 1]; shifted = x - x_max

@@ -21,6 +21,8 @@ from tspbench.measure.bench import bench
 from tspbench.report.frame import prepare
 from tspbench.report.tables import summary_table
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 PROFILES = Path(__file__).resolve().parents[1] / "tspbench" / "analytic" / "profiles"
 LAYOUT = Layout("tp", tp=2)
 

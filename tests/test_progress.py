@@ -24,6 +24,8 @@ from tspbench.core.spec import ModelConfig
 from tspbench.dist.fake_world import FakeWorld
 from tspbench.measure.calibrate import calibrate, calibration_steps
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYOUTS = [{"strategy": "dp", "dp": 2}, {"strategy": "tp", "tp": 2}, {"strategy": "sp", "sp": 2}]
 ESC = "\x1b"

@@ -23,7 +23,7 @@ from tools.slurm_local import LocalSlurmCluster
 
 submitit = pytest.importorskip("submitit")
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(slurm_local.__file__).resolve().parents[1]
 JOB_TIMEOUT_S = 120.0

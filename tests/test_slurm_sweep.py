@@ -36,7 +36,7 @@ from tspbench.sweep.points import expand
 from tspbench.sweep.run import select
 from tspbench.sweep.store import Store, load, read_json
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 SWEEP_TIMEOUT_S = 300.0
 LAYOUTS = [

@@ -16,6 +16,8 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.validate import validate
 from tspbench.strategy import iter_strategies
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 TINY = ModelConfig.preset("tiny")
 FLOAT64 = Workload(TINY, batch=2, seq_len=512, dtype="float64")
 

@@ -25,6 +25,8 @@ from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.points import expand
 from tspbench.sweep.store import Store, load, read_json
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 TIMEOUT_S = 180
 
 

@@ -210,6 +210,7 @@ def test_the_cli_refuses_a_bad_profile_in_one_line(tmp_path: Path, capsys) -> No
     assert code == 2 and len(err.splitlines()) == 1 and "bad.yaml" in err
 
 
+@pytest.mark.slow
 def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     result = calibrate(ranks=2, model=ModelConfig.preset("tiny"), seq_len=256, repeats=2, quick=True)
     path = tmp_path / "here.yaml"

@@ -13,6 +13,8 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
 from tspbench.measure.validate import validate
 
+pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
+
 TINY = ModelConfig.preset("tiny")
 LONG = Workload(TINY, batch=1, seq_len=4096, dtype="float32")  # activations dominate the peak
 

@@ -8,6 +8,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
+import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +19,7 @@ def pyproject_version() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
+@pytest.mark.slow
 def test_version_flag_prints_the_pyproject_version() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tspbench", "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT
