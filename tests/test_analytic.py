@@ -214,7 +214,8 @@ def test_bad_hardware_profile_names_file_and_key(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     out = tmp_path / "here.yaml"
-    assert main(["calibrate", "--quick", "--ranks", "2", "--out", str(out)]) == 0
+    flags = ["--model", "tiny", "--seq-len", "256", "--repeats", "2"]  # the CLI path, not the rates
+    assert main(["calibrate", "--quick", "--ranks", "2", *flags, "--out", str(out)]) == 0
     hw = load_hardware(str(out))
     assert hw.gemm_tflops > 0 and hw.intra_node_bandwidth_gbs > 0
     p = predict(Layout("tsp", tsp=2), Workload(ModelConfig.preset("tiny"), 1, 1024), hw)

@@ -24,22 +24,47 @@ def _summary(out: Path) -> dict:
     return json.loads(next(out.glob("gpu_check_*/summary.json")).read_text())
 
 
+# the smoke run checks three strategies (each check's code is the same for every strategy):
+# DDP (no fake world to compare), TP (plain autograd) and TSP (its overlap check)
+SMOKE = ("dp", "tp", "tsp")
+SMOKE_CHECKS = {"attention", "calibrate", "overlap/tsp"} | {
+    f"{k}/{s}" for k in ("validate", "memory") for s in SMOKE
+}
+
+
 def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
-    assert main(["gpu-check", "--device", "cpu", "--quick", "--out", str(tmp_path)]) == 0
+    argv = [
+        "gpu-check",
+        "--device",
+        "cpu",
+        "--quick",
+        "--strategies",
+        ",".join(SMOKE),
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
     summary = _summary(tmp_path)
     checks = {c["name"]: c for c in summary["checks"]}
-    assert set(checks) == CHECKS and summary["world"] == 2
+    assert set(checks) == SMOKE_CHECKS and summary["world"] == 2
     assert {c["status"] for c in checks.values()} <= {"passed", "measured"}, checks
     assert checks["memory/dp"]["status"] == "measured"  # DDP training has no fake world to compare
     folder = Path(summary["path"])
-    for name in CHECKS:  # one record per check, with what it measured
+    for name in SMOKE_CHECKS:  # one record per check, with what it measured
         record = json.loads((folder / f"{name.replace('/', '_')}.json").read_text())
         assert record["name"] == name and record["details"]
     tp = json.loads((folder / "memory_tp.json").read_text())["details"]
     assert tp["measured"]["peak_memory_bytes"] == tp["fake"]["peak_memory_bytes"]  # CPU: the same tracker
     assert (folder / "profile.yaml").exists() and (folder / "summary.md").read_text().count("\n") == len(
-        CHECKS
+        SMOKE_CHECKS
     ) + 2
+
+
+@pytest.mark.parametrize("value", ["nope", "tsp,nope", ""])
+def test_gpu_check_refuses_an_unknown_strategy(value: str, capsys: pytest.CaptureFixture) -> None:
+    code = main(["gpu-check", "--device", "cpu", "--quick", "--strategies", value])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--strategies" in err and "tsp" in err
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")

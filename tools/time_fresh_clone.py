@@ -29,7 +29,8 @@ def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed in {cwd}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        raise SystemExit(f"{' '.join(command)} failed in {cwd}:\n{output}")
     return seconds, done.stdout
 
 

@@ -20,6 +20,7 @@ from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
 from tspbench.core.spec import Layout, Workload
+from tspbench.strategy import available
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -74,6 +75,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("results/gpu_check"))
     p.add_argument("--device", choices=DEVICES, default="cuda")
     p.add_argument("--quick", action="store_true", help="tiny model (CPU smoke runs: 2 gloo ranks)")
+    p.add_argument("--strategies", help="comma-separated: check only these (default: every one)")
     p.set_defaults(func=cmd_gpu_check)
 
 
@@ -300,7 +302,11 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     output_path(args.out, "--out", folder=True)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device here; use --device cpu --quick for a smoke run")
-    summary = run(args.device, args.quick, args.out)
+    strategies = available() if args.strategies is None else args.strategies.split(",")
+    unknown = [s for s in strategies if s not in available()]
+    if unknown or not strategies:
+        raise UsageError(f"--strategies {args.strategies!r}: choose from {', '.join(available())}")
+    summary = run(args.device, args.quick, args.out, strategies)
     width = max(len(c["name"]) for c in summary["checks"])
     print(f"gpu-check on {summary['device']}, {summary['world']} rank(s), {summary['seconds']:.0f} s")
     for c in summary["checks"]:

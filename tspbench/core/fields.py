@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 from tspbench.core.names import CATEGORIES, PHASES
 
@@ -200,9 +201,15 @@ FIELDS: tuple[Field, ...] = (
 )
 
 
+@cache
 def field_for(key: str) -> Field | None:
     """The field a record key is, or None."""
-    return next((f for f in FIELDS if f.pattern().match(key)), None)
+    return next((f for f, pattern in _patterns() if pattern.match(key)), None)
+
+
+@cache
+def _patterns() -> list[tuple[Field, re.Pattern[str]]]:
+    return [(f, f.pattern()) for f in FIELDS]
 
 
 def markdown_table() -> str:

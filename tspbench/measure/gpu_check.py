@@ -90,8 +90,9 @@ def _world() -> int:
     return 1 << (count.bit_length() - 1) if count else 0
 
 
-def run(device: str, quick: bool, out: Path) -> dict[str, object]:
-    """Every check in turn (one failing never hides the others); the summary, with where it is."""
+def run(device: str, quick: bool, out: Path, strategies: list[str] | None = None) -> dict[str, object]:
+    """Every check in turn (one failing never hides the others), the per-strategy ones for
+    ``strategies`` (default: every registered one); the summary, with where it is."""
     p = plan(device, quick)
     folder = out / f"gpu_check_{device}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,11 +101,13 @@ def run(device: str, quick: bool, out: Path) -> dict[str, object]:
     checks = [guarded("attention", lambda: attention_check(device))]
     checks.append(guarded("calibrate", lambda: calibrate_check(p, quick, profile)))
     hardware = str(profile) if profile.exists() else None
-    for cls in iter_strategies():
-        checks.append(guarded(f"validate/{cls.name}", lambda cls=cls: validate_check(p, cls.name)))
-    checks.append(guarded("overlap/tsp", lambda: overlap_check(p, hardware)))
-    for cls in iter_strategies():
-        checks.append(guarded(f"memory/{cls.name}", lambda cls=cls: memory_check(p, cls.name, hardware)))
+    names = [cls.name for cls in iter_strategies() if strategies is None or cls.name in strategies]
+    for name in names:
+        checks.append(guarded(f"validate/{name}", lambda name=name: validate_check(p, name)))
+    if "tsp" in names:
+        checks.append(guarded("overlap/tsp", lambda: overlap_check(p, hardware)))
+    for name in names:
+        checks.append(guarded(f"memory/{name}", lambda name=name: memory_check(p, name, hardware)))
     for check in checks:
         (folder / f"{check.name.replace('/', '_')}.json").write_text(
             json.dumps(asdict(check), indent=2, default=str)
