@@ -20,8 +20,9 @@ demo: $(STAMP)
 	$(BIN)/tspbench run experiments/quickstart.yaml --results results/demo
 	$(BIN)/tspbench report results/demo/quickstart
 
+# the whole suite, whole files spread over the CPUs (tests/conftest.py starts the longest first)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # the fast loop: lint and every test not marked slow (no multi-rank run, no sweep, no Slurm)
 check: $(STAMP)
