@@ -277,7 +277,8 @@ def _timings() -> dict | None:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
 
 
 def _timed(key: str, count: str | None = None) -> str:
