@@ -75,3 +75,25 @@ def test_gpu_check_quick_run_on_the_gpus_passes(tmp_path: Path) -> None:
     assert set(statuses) == CHECKS and "failed" not in statuses.values()
     if summary["world"] < 2:
         assert statuses["overlap/tsp"] == "skipped" and statuses["validate/tp"] == "skipped"
+
+
+@pytest.mark.parametrize(("gpus", "world"), [(0, 0), (1, 1), (2, 2), (3, 2), (6, 4), (8, 8), (16, 8)])
+def test_the_group_checks_use_the_largest_power_of_two_of_the_node_s_gpus(
+    gpus: int, world: int, monkeypatch
+) -> None:
+    """TSP and the zigzag need a power-of-two group; one node holds at most 8 GPUs."""
+    from tspbench.measure import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert gpu_check.plan("cuda", quick=True).world == world
+
+
+def test_on_one_gpu_the_group_checks_say_what_they_skip(monkeypatch) -> None:
+    from tspbench.measure import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    p = gpu_check.plan("cuda", quick=True)
+    checks = [gpu_check.validate_check(p, "tsp"), gpu_check.overlap_check(p, None)]
+    assert [c.name for c in checks] == ["validate/tsp", "overlap/tsp"]
+    for check in checks:
+        assert check.status == "skipped" and "needs 2 or more GPUs" in check.summary

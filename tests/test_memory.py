@@ -116,6 +116,48 @@ def test_memory_inside_a_dtensor_op_is_counted() -> None:
     assert peak == 3 * big + 3 * small
 
 
+HIDDEN = 48  # the TP layer's input width: x [T, 48], its weight shard [V', 48]
+
+
+def _tensor_parallel_lm_head() -> tuple[int, int, int]:
+    """torch's own DTensor TP on 2 ranks: an LM head ``parallelize_module``'d column-wise
+    (vocabulary-sharded logits kept as a DTensor), then loss_parallel's log-softmax, forward only:
+    (peak bytes, the weight shard's and the input's bytes, the logits' local bytes)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (2,))
+    head = nn.Linear(HIDDEN, 2 * V_SHARD, bias=False)
+    parallelize_module(head, mesh, ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
+    x = torch.randn(T_ROWS, HIDDEN)
+    with MemoryTracker() as t, loss_parallel(), torch.no_grad():
+        t.register(head.parameters(), "parameters")
+        t.register([x], "other")
+        t.reset_peak()
+        before = t.live
+        logits = head(x)
+        logits_bytes = logits.to_local().untyped_storage().nbytes()
+        out = torch.log_softmax(logits, dim=-1)
+        del logits, out
+    return t.peak, before, logits_bytes
+
+
+@pytest.mark.slow
+def test_memory_of_a_dtensor_tensor_parallel_layer_is_counted() -> None:
+    """The same through ``parallelize_module``: before the step the weight shard [V', 48] and x
+    [T, 48] (T 48 4 + V' 48 4 bytes); the head's local matmul makes the logits [T, V'] (a view of
+    the replicated input, no copy); the log-softmax then peaks as in the test above, the logits
+    being its input: 3 T V' 4 + 3 T 4 on top of what was there."""
+    from tspbench.dist.launch import launch
+
+    (peak, before, logits_bytes), _ = launch(_tensor_parallel_lm_head, 2)
+    big, small = T_ROWS * V_SHARD * 4, T_ROWS * 4
+    assert before == T_ROWS * HIDDEN * 4 + V_SHARD * HIDDEN * 4
+    assert logits_bytes == big
+    assert peak == before + 3 * big + 3 * small
+
+
 def test_cuda_categories_are_the_trackers_at_its_peak_not_the_state_after_the_step() -> None:
     """On a GPU the allocator gives the peak and the dispatch tracker, run beside it, the
     categories: a step that peaks in forward has no gradients at its peak, though gradients
