@@ -27,7 +27,7 @@ PAGES = (
 DOCS = [REPO / "README.md", *(REPO / "docs" / f"{page}.md" for page in PAGES)]
 # how a change log talks; the README and docs say what holds now
 HISTORY = re.compile(
-    r"\b(this stop|last stop|this session|until now|until this|generations? of the|no longer|used to be|"
+    r"\b(this stop|last stop|this session|until now|until this|generations?|no longer|used to be|"
     r"previously|was fixed|were fixed|we fixed|before this change|the old (code|model))\b",
     re.IGNORECASE,
 )

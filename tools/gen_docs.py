@@ -22,6 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from tspbench.core.fields import markdown_table
+from tspbench.core.spec import ModelConfig
+from tspbench.costs.flops import forward_flops_per_sequence
 from tspbench.sweep.store import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,19 +254,45 @@ def overlap_table() -> str:
 
 def overlap_notes() -> str:
     df = overlap_rows()
-    none = df[df["recompute"] == "none"].set_index("seq_len")["timeline_weights_hidden_fraction"]
-    below = [int(s) for s, f in none.items() if f < 0.5]
+    none = df[df["recompute"] == "none"].set_index("seq_len")
+    weights = none["timeline_weights_hidden_fraction"]
+    below = [int(s) for s, f in weights.items() if f < 0.5]
     edge = tokens(max(below)) if below else "none of these lengths"
+    casts, ring = df["timeline_hidden_fraction_broadcast"], df["timeline_hidden_fraction_send_recv"]
+    ahead = [
+        int(s)
+        for s, r in none.iterrows()
+        if r["timeline_hidden_fraction_send_recv"] > r["timeline_hidden_fraction_broadcast"]
+    ]
+    shortest, longest = none.index.min(), none.index.max()
     return (
-        f"Half or more of the weight traffic hides from {tokens(int(min(none[none >= 0.5].index)))} tokens "
+        f"Half or more of the weight traffic hides from {tokens(int(min(weights[weights >= 0.5].index)))} tokens "
         f"on (below half at {edge} and shorter): the GEMMs of one shard outlast moving the next only "
         "when each rank holds enough tokens. Within each attention pass the first shard's broadcast is "
         "waited on before any compute (nothing of the pass precedes it), so at most 7 of 8 broadcasts can "
         "hide, and a broadcast queues behind the K/V all-gather on the same link, which the code issues "
-        "first: so the broadcasts hide less than the ring shifts. Prefetching the next layer's first shard "
-        "during this layer's MLP would hide that one broadcast and hold one more shard in flight; the code "
-        "does not do it."
+        f"first: the broadcasts hide {casts.min():.0%}-{casts.max():.0%} at every length, while the ring "
+        f"shifts hide more as each rank's tokens grow ({ring.min():.0%}-{ring.max():.0%}; "
+        f"{none.loc[shortest, 'timeline_hidden_fraction_send_recv']:.0%} at {tokens(int(shortest))} and "
+        f"{none.loc[longest, 'timeline_hidden_fraction_send_recv']:.0%} at {tokens(int(longest))} without "
+        "recomputation)"
+        + (f", more than the broadcasts from {tokens(min(ahead))} on" if ahead else "")
+        + ". Prefetching the next layer's first shard during this layer's MLP would hide that one broadcast "
+        "and hold one more shard in flight; the code does not do it."
     )
+
+
+def whole_square_mfu_ratio() -> str:
+    """How much higher MFU reads when causal attention counts the whole S x S square (torchtitan)
+    instead of half (this project, Megatron-LM): the 7B at 32K tokens."""
+    cfg, seq = ModelConfig.preset("7b"), 32768
+    half = forward_flops_per_sequence(cfg, seq)
+    triangle = cfg.n_layers * 2 * 2 * cfg.n_heads * cfg.head_dim * seq * seq / 2
+    return f"{(half + triangle) / half:.2f}"
+
+
+def out_of_sample_count() -> str:
+    return str(len(completed("cpu_out_of_sample")))
 
 
 # ----------------------------------------------------------------------------- host timings
@@ -286,6 +314,10 @@ def _timed(key: str, count: str | None = None) -> str:
     if t is None:
         return "(not yet measured: python -m tools.time_fresh_clone)"
     return _minutes(t[key]) + (f" ({t[count]} tests)" if count else "")
+
+
+def setup_time() -> str:
+    return _timed("setup_s")
 
 
 def demo_time() -> str:
@@ -658,6 +690,7 @@ VALUES: dict[str, Callable[[], str]] = {
     if callable(fn)
     and name
     in {
+        "setup_time",
         "demo_time",
         "test_time",
         "check_time",
@@ -699,6 +732,8 @@ VALUES: dict[str, Callable[[], str]] = {
     "torch_elementwise_gap": torch_elementwise_gap,
     "overlap_table": overlap_table,
     "overlap_notes": overlap_notes,
+    "whole_square_mfu_ratio": whole_square_mfu_ratio,
+    "out_of_sample_count": out_of_sample_count,
 }
 PLACEHOLDER = re.compile(r"{{(\w+)}}")
 

@@ -215,5 +215,5 @@ def _patterns() -> list[tuple[Field, re.Pattern[str]]]:
 def markdown_table() -> str:
     """The fields as docs/results.md shows them."""
     rows = ["| field | unit | from | meaning |", "|---|---|---|---|"]
-    rows += [f"| `{f.name}` | {f.unit} | {f.origin} | {f.meaning} |" for f in FIELDS]
+    rows += [f"| `{f.name}` | {f.unit or '-'} | {f.origin} | {f.meaning} |" for f in FIELDS]
     return "\n".join(rows) + "\n"

@@ -3,7 +3,7 @@
 Counted: every matrix multiply (2 m n k) of the model - Q, K, V and output projections, the
 three gated-MLP projections, the LM head - and attention's two S x S products with the causal
 triangle counted as HALF the square (S^2 / 2 query-key pairs per head: the work a causal flash
-kernel does, as Megatron-LM counts it; torchtitan counts the whole square, which gives ~1.4x
+kernel does, as Megatron-LM counts it; torchtitan counts the whole square, which gives 1.33x
 higher MFU at 32K tokens on a 7B model). Not counted: norms, RoPE, softmax, the embedding
 lookup, the optimizer, and recomputation (model FLOPs are the same for every strategy and
 recomputation mode; the analytic model reports hardware FLOPs, recomputation included,
