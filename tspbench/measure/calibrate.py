@@ -265,8 +265,9 @@ def _timeline_costs(rec: _Recorder, model: ModelConfig, tokens: int, repeats: in
     rec.provenance |= {
         "op_overhead_us": f"measured: per-call time of the element-wise ops of a training step ({how}; "
         "torch.profiler self time against bytes, least squares), tspbench.measure.opcosts",
-        "host_overhead_us": f"measured: the step's wall time less every traced op's aten self time, per "
-        f"traced op (Python, autograd, dispatch; {how})",
+        "host_overhead_us": f"measured: a step's wall time less its traced ops' aten self time, per traced "
+        f"op (Python, autograd, dispatch; {model.name} at {min(tokens, opcosts.HOST_TOKENS)} tokens on one "
+        f"rank, median of {max(repeats, opcosts.HOST_REPEATS)} steps)",
         "step_gemm_tflops": f"measured: FLOPs / self time of the step's GEMMs ({how})",
         "elementwise_by_op": f"measured: bytes / self time of each element-wise op that moves at least "
         f"1 MiB a call ({how})",

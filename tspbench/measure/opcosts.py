@@ -8,7 +8,9 @@ self time). Grouped by op name, the two give per name: calls, bytes, FLOPs and s
                        relative error, over every element-wise op name)
     GEMMs              seconds = calls x op_overhead + FLOPs / rate
     host               what a step spends outside every traced op's aten kernel (Python, the
-                       autograd engine, dispatch, composite ops' wrappers), per traced op
+                       autograd engine, dispatch, composite ops' wrappers), per traced op; for
+                       the profile measured on the same step at HOST_TOKENS tokens, where the
+                       kernels do not drown it (host_seconds_per_op)
 
 ``kind_seconds`` groups a profiled step's self time by the replay's cost classes, which is what
 the replayed compute of each kind is held against (the timeline's op-level check).
@@ -34,6 +36,9 @@ from tspbench.measure.trace import StepRecorder
 # An op's own bandwidth is kept only where its calls move this much each: below it a call's time is
 # its overhead, and the rate would price that op's big calls in other layouts absurdly low.
 MIN_BYTES_PER_CALL = 1 << 20
+# The host's time per op is measured on a step this short (its kernels a small part of it), the
+# median of this many steps' residuals at least.
+HOST_TOKENS, HOST_REPEATS = 128, 9
 
 
 @dataclass
@@ -165,17 +170,40 @@ def kind_shares(single: dict[str, float], together: list[dict[str, float]]) -> d
     return {k: round(single[k] / mean[k], 4) for k in single if single[k] > 0 and mean[k] > 0}
 
 
-def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[str, object]:
-    """On a launched world of one rank: the timeline's per-op terms of a training step of
-    ``model`` at ``tokens`` tokens (after two warm-up steps), as profile fields."""
+def _warm_run(model: ModelConfig, tokens: int) -> RankRun:
     run = RankRun(Layout("dp"), Workload(model, 1, tokens, "train", dtype="float32"))
     run.step()
     run.step()
-    costs = step_costs(run.step, repeats)
+    return run
+
+
+def host_seconds_per_op(model: ModelConfig, tokens: int, repeats: int) -> float:
+    """The host's time per traced op (Python, autograd, dispatch): each step's wall time less its
+    traced ops' self time, per op, median over ``repeats`` steps. Measured at few tokens, where the
+    kernels are a small part of the step: at the calibration's length the residual is a small
+    difference of two large, noisy times (0 to 89 us per op over seven runs of the small preset
+    at 2,048 tokens on a 2-core host), while at 128 tokens it is 7-12 us."""
+    run = _warm_run(model, tokens)
+    trace = traced(run.step)
+    residuals = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run.step()
+        wall = time.perf_counter() - start
+        residuals.append(host_total(wall, trace, profiled(run.step)))
+    return statistics.median(residuals) / max(int((trace.events["kind"] == COMPUTE).sum()), 1)
+
+
+def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[str, object]:
+    """On a launched world of one rank: the timeline's per-op terms of a training step of
+    ``model`` at ``tokens`` tokens (after two warm-up steps), as profile fields; the host's time
+    per op at HOST_TOKENS (host_seconds_per_op)."""
+    costs = step_costs(_warm_run(model, tokens).step, repeats)
+    host = host_seconds_per_op(model, min(tokens, HOST_TOKENS), max(repeats, HOST_REPEATS))
     return {
         "kinds": costs["kinds"],
         "op_overhead_us": round(float(costs["op_overhead_us"]), 3),
-        "host_overhead_us": round(float(costs["host_overhead_us"]), 2),
+        "host_overhead_us": round(host * 1e6, 2),
         "step_gemm_tflops": round(float(costs["gemm_tflops"]), 6),
         "elementwise_by_op": {name: round(float(gbs), 3) for name, gbs in sorted(costs["by_op"].items())},
     }
