@@ -182,7 +182,7 @@ def host_seconds_per_op(model: ModelConfig, tokens: int, repeats: int) -> float:
     traced ops' self time, per op, median over ``repeats`` steps. Measured at few tokens, where the
     kernels are a small part of the step: at the calibration's length the residual is a small
     difference of two large, noisy times (0 to 89 us per op over seven runs of the small preset
-    at 2,048 tokens on a 2-core host), while at 128 tokens it is 7-12 us."""
+    at 2,048 tokens on a 2-core host), while at 128 tokens four runs gave 5.5-8.1 us."""
     run = _warm_run(model, tokens)
     trace = traced(run.step)
     residuals = []
