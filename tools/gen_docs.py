@@ -23,7 +23,7 @@ import pandas as pd
 
 from tspbench.core.fields import markdown_table
 from tspbench.core.spec import ModelConfig
-from tspbench.costs.flops import forward_flops_per_sequence
+from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
 from tspbench.sweep.store import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -276,10 +276,8 @@ def overlap_notes() -> str:
     below = [int(s) for s, f in weights.items() if f < 0.5]
     edge = tokens(max(below)) if below else "none of these lengths"
     casts, ring = df["timeline_hidden_fraction_broadcast"], df["timeline_hidden_fraction_send_recv"]
-    ahead = [
-        int(s)
-        for s, r in none.iterrows()
-        if r["timeline_hidden_fraction_send_recv"] > r["timeline_hidden_fraction_broadcast"]
+    ahead = none.index[
+        none["timeline_hidden_fraction_send_recv"] > none["timeline_hidden_fraction_broadcast"]
     ]
     shortest, longest = none.index.min(), none.index.max()
     return (
@@ -293,7 +291,7 @@ def overlap_notes() -> str:
         f"{none.loc[shortest, 'timeline_hidden_fraction_send_recv']:.0%} at {tokens(int(shortest))} and "
         f"{none.loc[longest, 'timeline_hidden_fraction_send_recv']:.0%} at {tokens(int(longest))} without "
         "recomputation)"
-        + (f", more than the broadcasts from {tokens(min(ahead))} on" if ahead else "")
+        + (f", more than the broadcasts from {tokens(int(ahead.min()))} on" if len(ahead) else "")
         + ". Prefetching the next layer's first shard during this layer's MLP would hide that one broadcast "
         "and hold one more shard in flight; the code does not do it."
     )
@@ -304,8 +302,7 @@ def whole_square_mfu_ratio() -> str:
     instead of half (this project, Megatron-LM): the 7B at 32K tokens."""
     cfg, seq = ModelConfig.preset("7b"), 32768
     half = forward_flops_per_sequence(cfg, seq)
-    triangle = cfg.n_layers * 2 * 2 * cfg.n_heads * cfg.head_dim * seq * seq / 2
-    return f"{(half + triangle) / half:.2f}"
+    return f"{(half + cfg.n_layers * attention_flops_per_layer(cfg, seq)) / half:.2f}"
 
 
 def out_of_sample_count() -> str:

@@ -18,14 +18,18 @@ from tspbench.core.spec import ModelConfig
 from tspbench.costs.memory import Shapes
 
 
+def attention_flops_per_layer(cfg: ModelConfig, seq_len: int) -> float:
+    """Forward FLOPs of one layer's QK^T and PV over ``seq_len`` tokens, the causal half."""
+    return 2 * 2 * cfg.n_heads * cfg.head_dim * seq_len * seq_len / 2
+
+
 def forward_flops_per_sequence(cfg: ModelConfig, seq_len: int) -> float:
     """Forward model FLOPs of one sequence of ``seq_len`` tokens."""
     h, s = cfg.hidden, seq_len
     projections = 2 * s * h * (2 * h + 2 * cfg.kv_hidden)  # Q, O (h x h), K, V (h x kv)
     mlp = 2 * s * h * cfg.ffn_hidden * 3
-    attention = 2 * 2 * cfg.n_heads * cfg.head_dim * s * s / 2  # QK^T and PV, causal half
     head = 2 * s * h * cfg.vocab_size
-    return cfg.n_layers * (projections + mlp + attention) + head
+    return cfg.n_layers * (projections + mlp + attention_flops_per_layer(cfg, s)) + head
 
 
 def model_flops_per_step(cfg: ModelConfig, n_seqs: int, seq_len: int, mode: str) -> float:

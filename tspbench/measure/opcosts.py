@@ -123,14 +123,9 @@ def host_total(wall_s: float, trace: RankTrace, seconds: dict[str, float]) -> fl
     return max(wall_s - sum(seconds.get(n, 0.0) for n in names), 0.0)
 
 
-def host_seconds(wall_s: float, trace: RankTrace, seconds: dict[str, float]) -> float:
-    """Seconds per traced op that the step spends outside the traced ops' aten kernels."""
-    ops = int((trace.events["kind"] == COMPUTE).sum())
-    return host_total(wall_s, trace, seconds) / max(ops, 1)
-
-
 def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
-    """Everything above for ``step`` (after the caller's warm-up): medians over ``repeats``."""
+    """Everything above but the host's time per op (host_seconds_per_op) for ``step`` (after the
+    caller's warm-up): medians over ``repeats``."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     trace = traced(step, rank)
     walls, profiles = [], []
@@ -156,10 +151,7 @@ def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
         "op_overhead_us": overhead * 1e6,
         "elementwise_bandwidth_gbs": bandwidth / 1e9,
         "gemm_tflops": gemm_rate(ops, overhead) / 1e12,
-        "host_overhead_us": host_seconds(statistics.median(walls), trace, seconds) * 1e6,
         "kinds": {**kind_seconds(seconds), "host": host_total(statistics.median(walls), trace, seconds)},
-        "wall_s": statistics.median(walls),
-        "ops": len(trace),
     }
 
 
