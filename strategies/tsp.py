@@ -23,7 +23,7 @@ always recomputed in backward (keeping it would keep K/V of every head block).
 
 from __future__ import annotations
 
-from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
+from tspbench.strategies.tsp_attention import AttentionSpec, Prefetch, TSPAttention
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
 from tspbench.costs.flops import FlopTerms, ForwardFlops
@@ -62,7 +62,9 @@ class FoldedParallel(Strategy):
         cfg, d = self.config, self.mesh.size("tsp")
         kv_group, w_group = self.group("tsp"), self.group("tsp", channel=1)
         overlap = self.workload.overlap
-        spec = AttentionSpec(cfg.hidden // d, cfg.kv_hidden // d, cfg.head_dim, kv_group, w_group, overlap)
+        prefetch = Prefetch(w_group) if overlap else None
+        sizes = (cfg.hidden // d, cfg.kv_hidden // d, cfg.head_dim)
+        spec = AttentionSpec(*sizes, kv_group, w_group, overlap, prefetch)
         ring = Ring(w_group, kv_group, overlap)
         for layer in model.layers:
             layer.attention = TSPAttention(spec.rows, cfg.hidden, spec)
@@ -74,7 +76,9 @@ class FoldedParallel(Strategy):
         """Saved per block: x, x_mid, both normed inputs, q, k, v of every head block (together
         the size of the whole q, k, v projections of the local tokens) and h1, h3 of every MLP
         shard; never gathered K/V, never another rank's weights. Working memory: two weight
-        shards in flight, one head block's gathered K/V (and its gradients in backward)."""
+        shards in flight, one head block's gathered K/V (and its gradients in backward); with
+        overlap, the next attention pass's first shard in flight during the MLP (and, training,
+        from the last forward pass through the head to the first backward pass)."""
         s, d = self.shapes(), self.mesh.size("tsp")
         B, T, e = s.batch, s.tokens, s.elt
         stream = s.act(T, s.hidden)
@@ -85,10 +89,12 @@ class FoldedParallel(Strategy):
         kv_block = 2 * s.act(s.seq, s.kv // d)  # K and V of one head block, whole sequence
         block = s.act(T, s.q // d)
         in_flight = min(2, d - 1)  # shard buffers besides the rank's own (a parameter)
+        prefetched = attn_shard if self.workload.overlap else 0
+        held_to_backward = prefetched if self.workload.mode == "train" else 0
         attn_fwd = in_flight * attn_shard + 2 * kv_block + 5 * block + stream
-        mlp_fwd = in_flight * mlp_shard + 4 * s.act(T, s.ffn // d) + stream
+        mlp_fwd = prefetched + in_flight * mlp_shard + 4 * s.act(T, s.ffn // d) + stream
         attn_bwd = 3 * attn_shard + 3 * kv_block + 6 * block + stream
-        mlp_bwd = 4 * mlp_shard + 6 * s.act(T, s.ffn // d) + stream
+        mlp_bwd = prefetched + 4 * mlp_shard + 6 * s.act(T, s.ffn // d) + stream
         logits = B * T * (s.vocab // d) * max(e, 4)
         return ActivationTerms(
             saved_layer={"none": none, "selective": none, "full": stream},
@@ -97,8 +103,8 @@ class FoldedParallel(Strategy):
             backward_work=max(attn_bwd, mlp_bwd),
             fixed_saved=2 * T * (s.q // s.heads) * e + B * T * 8,
             head_saved=2 * stream + 2 * B * T * s.stat + B * T * 8,
-            head_forward_work=in_flight * vocab_shard + 3 * logits,  # logits, logits - max, its exp
-            head_backward_work=3 * vocab_shard + 2 * logits + stream,
+            head_forward_work=held_to_backward + in_flight * vocab_shard + 3 * logits,  # logits, - max, exp
+            head_backward_work=held_to_backward + 3 * vocab_shard + 2 * logits + stream,
             prefill_head=B * T * s.vocab * e + B * T * (s.vocab // d) * e + in_flight * vocab_shard,
         )
 
@@ -139,7 +145,8 @@ class FoldedParallel(Strategy):
 
     def traffic(self) -> list[Traffic]:
         """Weights move on channel 1 and hide behind compute; K/V and gradients use channel 0.
-        The K/V gathers and their reduce-scatters are on the critical path."""
+        The K/V gathers and their reduce-scatters are on the critical path. With overlap, the
+        last forward pass issues the first broadcast of the backward's first pass (Prefetch)."""
         cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
         train = self.workload.mode == "train"
         attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
@@ -161,8 +168,10 @@ class FoldedParallel(Strategy):
         ]
         if train:
             accumulators = Traffic("send_recv", ax, mlp_shard, d * L, "backward", hidden=True)
+            prefetched = 1 if self.workload.overlap else 0  # the first backward pass's W_0, issued in forward
             out += [
-                weights("broadcast", attn_shard, d * L),
+                weights("broadcast", attn_shard, prefetched, "forward", "model"),
+                weights("broadcast", attn_shard, d * L - prefetched),
                 Traffic("all_gather", ax, kv, d * L, "backward"),
                 Traffic("reduce_scatter", ax, kv, d * L, "backward"),
                 Traffic("reduce", ax, attn_shard, d * L, "backward", hidden=True),

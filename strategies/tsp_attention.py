@@ -5,7 +5,8 @@ weight shard W_p [R, h], R = 2 q + 2 k rows: [Wq_p (q rows); Wk_p (k); Wv_p (k);
 with q = n d / D query-head rows and k = m d / D key/value-head rows (heads block p).
 
 Forward, for r = 0 .. D-1 (weights on channel 1, K/V on channel 0 of the tsp group):
-    broadcast W_r [R, h] from rank r             (W_{r+1} prefetched while r computes)
+    broadcast W_r [R, h] from rank r             (W_{r+1} prefetched while r computes; W_0 by the
+                                                  pass before, during its layer's MLP: Prefetch)
     q, k, v = x Wq_r^T, x Wk_r^T, x Wv_r^T         [B, n/D, T, d], [B, m/D, T, d]; RoPE at true positions
     all-gather (k, v) [2, B, m/D, T, d] -> K, V   [B, m/D, S, d] in sequence order
     o = causal attention of local chunks          [B, n/D, T, d]   (bottom-right aligned)
@@ -56,31 +57,71 @@ class AttentionSpec:
     kv_group: Group  # tsp, channel 0: K/V gathers, dK/dV reduce-scatters, weight-gradient reduces
     w_group: Group  # tsp, channel 1: weight broadcasts
     overlap: bool
+    prefetch: Prefetch | None = None  # shared by the layers of a model; None: no cross-pass prefetch
 
     @property
     def rows(self) -> int:
         return 2 * self.q_rows + 2 * self.kv_rows
 
 
+def _broadcast_shard(shard: Tensor, r: int, group: Group) -> comm.Pending:
+    buf = shard if r == group.rank else torch.empty_like(shard)
+    return comm.broadcast(buf, r, group, async_op=True)
+
+
 class Fetch:
-    """Broadcast shards W_r from their owners, one ahead of use when ``overlap``."""
+    """Broadcast shards W_r from their owners, one ahead of use when ``overlap``; W_0 may come
+    already in flight (``first``, issued by the pass before)."""
 
-    def __init__(self, shard: Tensor, group: Group, overlap: bool) -> None:
+    def __init__(self, shard: Tensor, group: Group, overlap: bool, first: comm.Pending | None = None) -> None:
         self.shard, self.group, self.overlap = shard, group, overlap
-        self.pending: comm.Pending | None = None
-
-    def _issue(self, r: int) -> comm.Pending:
-        buf = self.shard if r == self.group.rank else torch.empty_like(self.shard)
-        return comm.broadcast(buf, r, self.group, async_op=True)
+        self.pending = first
 
     def get(self, r: int) -> Tensor:
-        pending = self.pending if self.pending is not None else self._issue(r)
+        pending = self.pending if self.pending is not None else _broadcast_shard(self.shard, r, self.group)
         self.pending = None
         if not self.overlap:
             return pending.wait()
         if r + 1 < self.group.size:
-            self.pending = self._issue(r + 1)
+            self.pending = _broadcast_shard(self.shard, r + 1, self.group)
         return pending.wait()
+
+
+class Prefetch:
+    """Each attention pass ends by issuing the first broadcast (W_0 [R, h]) of the pass after it,
+    so that broadcast runs under the MLP between them instead of before any compute.
+
+    A step's passes: forward 0 .. L-1, then backward L-1 .. 0, each backward preceded by the
+    recompute of its forward under ``full``. After layer l's pass the next one is therefore
+    forward: l+1, or for the last layer l itself when a backward follows; a recompute (a forward
+    once the backward has begun): l; backward: l-1 (its recompute or its backward, both starting
+    with W_0 of layer l-1); after backward 0: none. A pass that finds another layer's shard in
+    flight (passes run in an order this does not expect) waits it out and fetches its own.
+    """
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.layers: list[TSPAttention] = []
+        self.in_backward = False
+        self.pending: tuple[int, comm.Pending] | None = None
+
+    def take(self, layer: int) -> comm.Pending | None:
+        held, self.pending = self.pending, None
+        if held is None or held[0] == layer:
+            return held and held[1]
+        held[1].wait()
+        return None
+
+    def after(self, layer: int, backward_follows: bool, backward: bool = False) -> None:
+        if backward:
+            self.in_backward = layer > 0
+            nxt = layer - 1 if layer > 0 else None
+        elif self.in_backward or layer + 1 == len(self.layers):
+            nxt = layer if backward_follows else None
+        else:
+            nxt = layer + 1
+        if nxt is not None:
+            self.pending = (nxt, _broadcast_shard(self.layers[nxt].shard.detach(), 0, self.group))
 
 
 def _split(w: Tensor, q_rows: int, kv_rows: int) -> list[Tensor]:
@@ -106,10 +147,10 @@ def _gather_kv(k: Tensor, v: Tensor, group: Group) -> tuple[Tensor, Tensor]:
 class _BroadcastAttention(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, x: Tensor, shard: Tensor, cos: Tensor, sin: Tensor, spec: AttentionSpec, keep: bool
+        ctx, x: Tensor, shard: Tensor, cos: Tensor, sin: Tensor, spec: AttentionSpec, keep: bool, layer: int
     ) -> Tensor:
         kv_group, d = spec.kv_group, spec.head_dim
-        fetch = Fetch(shard.detach(), spec.w_group, spec.overlap)
+        fetch = Fetch(shard.detach(), spec.w_group, spec.overlap, _take(spec, layer))
         y = torch.zeros_like(x)
         saved = []
         for r in range(kv_group.size):
@@ -122,8 +163,10 @@ class _BroadcastAttention(torch.autograd.Function):
             del keys, values
             y.view(-1, y.shape[-1]).addmm_(_flat(o).flatten(0, 1), wo_t)
             saved += [q, k, v] if keep else []
+        if spec.prefetch is not None:
+            spec.prefetch.after(layer, backward_follows=keep)
         ctx.save_for_backward(x, cos, sin, shard, *saved)
-        ctx.spec = spec
+        ctx.spec, ctx.layer = spec, layer
         return y
 
     @staticmethod
@@ -132,7 +175,7 @@ class _BroadcastAttention(torch.autograd.Function):
         spec: AttentionSpec = ctx.spec
         kv_group, d = spec.kv_group, spec.head_dim
         parts, me = kv_group.size, kv_group.rank
-        fetch = Fetch(shard.detach(), spec.w_group, spec.overlap)
+        fetch = Fetch(shard.detach(), spec.w_group, spec.overlap, _take(spec, ctx.layer))
         dx = torch.zeros_like(x)
         x2, dy2 = x.flatten(0, 1), dy.flatten(0, 1)
         own_grad, in_flight = None, None
@@ -163,8 +206,14 @@ class _BroadcastAttention(torch.autograd.Function):
             in_flight = (r, comm.reduce(partial, r, kv_group, async_op=True))
             if not spec.overlap:
                 in_flight[1].wait()
+        if spec.prefetch is not None:
+            spec.prefetch.after(ctx.layer, backward_follows=True, backward=True)
         own_grad = _settle(in_flight, own_grad, me)
-        return dx, own_grad, None, None, None, None
+        return dx, own_grad, None, None, None, None, None
+
+
+def _take(spec: AttentionSpec, layer: int) -> comm.Pending | None:
+    return spec.prefetch.take(layer) if spec.prefetch is not None else None
 
 
 def _settle(in_flight: tuple[int, comm.Pending], own_grad: Tensor | None, me: int) -> Tensor | None:
@@ -180,14 +229,19 @@ class TSPAttention(nn.Module):
         super().__init__()
         self.shard = nn.Parameter(torch.empty(rows, hidden))
         self.spec = spec
+        self.layer = 0
+        if spec.prefetch is not None:  # the model's layers in order, for the pass after this one
+            self.layer = len(spec.prefetch.layers)
+            spec.prefetch.layers.append(self)
 
     def forward(
         self, x: Tensor, rope: tuple[Tensor, Tensor], cache: LayerCache | None = None, step: int | None = None
     ) -> Tensor:
         if cache is not None:
-            return cached_broadcast_attention(x, self.shard.detach(), rope, self.spec, cache, step)
+            shard = self.shard.detach()
+            return cached_broadcast_attention(x, shard, rope, self.spec, cache, step, self.layer)
         # Function.forward runs with grad disabled; pass whether a backward will follow (prefill: no).
-        return _BroadcastAttention.apply(x, self.shard, *rope, self.spec, torch.is_grad_enabled())
+        return _BroadcastAttention.apply(x, self.shard, *rope, self.spec, torch.is_grad_enabled(), self.layer)
 
 
 @torch.no_grad()
@@ -198,12 +252,13 @@ def cached_broadcast_attention(
     spec: AttentionSpec,
     cache: LayerCache,
     step: int | None,
+    layer: int = 0,
 ) -> Tensor:
     """Decode's broadcast schedule (module doc): the prefill (``step`` None) fills the cache of
     every head block; a step attends the slots' new tokens through the sharded cache."""
     kv_group, d = spec.kv_group, spec.head_dim
     block_heads = spec.kv_rows // d
-    fetch = Fetch(shard, spec.w_group, spec.overlap)
+    fetch = Fetch(shard, spec.w_group, spec.overlap, _take(spec, layer))
     y = torch.zeros_like(x)
     for r in range(kv_group.size):
         wq, wk, wv, wo_t = _split(fetch.get(r), spec.q_rows, spec.kv_rows)
@@ -219,4 +274,6 @@ def cached_broadcast_attention(
         else:
             o = sharded_decode_attention(q, k, v, block, step, kv_group)
         y.view(-1, y.shape[-1]).addmm_(_flat(o).flatten(0, 1), wo_t)
+    if spec.prefetch is not None:
+        spec.prefetch.after(layer, backward_follows=False)
     return y

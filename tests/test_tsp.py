@@ -8,9 +8,12 @@ properties of the implementation, not timings.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.launch import launch
 from tspbench.measure.bench import bench
+from tspbench.measure.runner import RankRun
 from tspbench.measure.validate import validate
 
 pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
@@ -67,3 +70,25 @@ def test_no_activation_all_reduce() -> None:
     assert all(e["phase"] != "backward" for e in reductions)
     forward = [e for e in reductions if e["phase"] == "forward"]
     assert forward == [] or all(e["msg_bytes"] == 8 * e["calls"] for e in forward)  # the loss scalar
+
+
+def _forward_twice_then_train(layout: Layout, workload: Workload) -> dict:
+    """A forward with grad and no backward (an evaluation under grad) leaves the last layer's
+    prefetched W_0 in flight for a backward that never comes; the next forward must not use it."""
+    unexpected, fresh = RankRun(layout, workload), RankRun(layout, workload)
+    first = unexpected.strategy.loss(unexpected.model, unexpected.batch)
+    second = unexpected.strategy.loss(unexpected.model, unexpected.batch)
+    reference = fresh.strategy.loss(fresh.model, fresh.batch)
+    second.backward()
+    reference.backward()
+    grads = zip(unexpected.model.parameters(), fresh.model.parameters(), strict=True)
+    return {
+        "losses_equal": bool(first == second == reference),
+        "grads_equal": all(torch.equal(a.grad, b.grad) for a, b in grads),
+    }
+
+
+def test_a_pass_out_of_the_expected_order_fetches_its_own_weights() -> None:
+    workload = Workload(TINY, 2, 256, dtype="float64")
+    for rank in launch(_forward_twice_then_train, 2, Layout("tsp", tsp=2), workload):
+        assert rank == {"losses_equal": True, "grads_equal": True}
