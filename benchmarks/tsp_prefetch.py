@@ -1,0 +1,56 @@
+"""TSP's first weight broadcast of each attention pass, before and after the pass before issues it.
+
+Two traced fake-world points of the same command, one run on the code before the prefetch and
+one after (results/timeline_check/tsp_prefetch/{before,after}/: result.json and trace.npz, the
+commands in that folder's README.md), replayed on their record's profile. Writes gantt.png (the
+second layer's forward on rank 0, as the report draws it, one panel each) and summary.json
+(step time, exposed broadcast time, hidden fractions) beside them.
+
+    python benchmarks/tsp_prefetch.py [results/timeline_check/tsp_prefetch]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tspbench.report import style as st
+from tspbench.report.gantt import draw_panel, legend_handles, panel, replay
+
+FIELDS = (
+    "timeline_step_time_s",
+    "timeline_exposed_broadcast_s",
+    "timeline_hidden_fraction_broadcast",
+    "timeline_weights_hidden_fraction",
+    "peak_memory_bytes",
+)
+
+
+def main(folder: Path) -> None:
+    panels, summary = [], {}
+    for side in ("before", "after"):
+        record = json.loads((folder / side / "result.json").read_text())
+        row = pd.Series({**record, "run_dir": str(folder / side), "series": side, "run_id": side})
+        summary[side] = {k: record[k] for k in FIELDS}
+        panels.append(panel(row, replay(row)))
+    fig = st.new_figure(11.0, 0.45 * sum(len(p.lanes) for p in panels) + 2.5)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, p in zip(axes, panels, strict=True):
+        draw_panel(ax, p, "GPU")
+    axes[-1].set_xlabel("ms from the layer's start (dashed: its end)")
+    fig.legend(handles=legend_handles(panels), loc="outside right center", frameon=False, title="op")
+    fig.suptitle(
+        f"TSP {record['tsp']}, {record['model']}, {record['seq_len']:,} tokens, {record['mode']}: the second"
+        f" layer's forward before and after the prefetch\nfake-world traces replayed on the"
+        f" {record['timeline_hardware']} profile"
+    )
+    fig.savefig(folder / "gantt.png", dpi=120)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/timeline_check/tsp_prefetch"))
