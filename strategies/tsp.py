@@ -146,38 +146,52 @@ class FoldedParallel(Strategy):
     def traffic(self) -> list[Traffic]:
         """Weights move on channel 1 and hide behind compute; K/V and gradients use channel 0.
         The K/V gathers and their reduce-scatters are on the critical path. With overlap, the
-        last forward pass issues the first broadcast of the backward's first pass (Prefetch)."""
+        last forward pass issues the first broadcast of the backward's first pass (Prefetch).
+
+        A weight transfer hides only behind the compute issued between it and its wait (its
+        window): a broadcast and a shard's gradient reduce behind one head block (its projections
+        and attention core; backward 2x the projections, 3.5x the core), a ring shift and its
+        accumulator behind the GEMMs of the shard in hand (backward 2x; the LM head's 3x, as it
+        recomputes its logits), the embedding's shifts behind nothing (lookups only)."""
         cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
         train = self.workload.mode == "train"
         attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
         kv = 2 * self.local_batch * self.workload.seq_len * cfg.kv_hidden // d * elt
         mlp_shard = 3 * cfg.ffn_hidden // d * cfg.hidden * elt
         vocab_shard = cfg.vocab_size // d * cfg.hidden * elt
+        f = ForwardFlops.of(self.shapes())
+        head_block, mlp_step, head_step = (f.attn_gemm + f.core) / d, f.mlp_gemm / d, f.head / d
+        block_back = (2 * f.attn_gemm + 3.5 * f.core) / d
         ax = ("tsp",)
 
         def weights(
-            op: str, nbytes: int, count: int, phase: str = "backward", scope: str = "block"
+            op: str, nbytes: int, count: int, window: float, phase: str = "backward", scope: str = "block"
         ) -> Traffic:
-            return Traffic(op, ax, nbytes, count, phase, scope, hidden=True, channel=1)
+            return Traffic(op, ax, nbytes, count, phase, scope, hidden=True, channel=1, window_flops=window)
 
         out = [
-            weights("broadcast", attn_shard, d * L, "forward"),
+            weights("broadcast", attn_shard, d * L, head_block, "forward"),
             Traffic("all_gather", ax, kv, d * L, "forward", "block"),
-            weights("send_recv", mlp_shard, (d - 1) * L, "forward"),
-            weights("send_recv", vocab_shard, 2 * (d - 1), "forward", "model"),  # embedding, head
+            weights("send_recv", mlp_shard, (d - 1) * L, mlp_step, "forward"),
+            weights("send_recv", vocab_shard, d - 1, 0.0, "forward", "model"),  # embedding
+            weights("send_recv", vocab_shard, d - 1, head_step, "forward", "model"),  # head
         ]
         if train:
-            accumulators = Traffic("send_recv", ax, mlp_shard, d * L, "backward", hidden=True)
             prefetched = 1 if self.workload.overlap else 0  # the first backward pass's W_0, issued in forward
+
+            def gradients(nbytes: int, count: int, window: float) -> Traffic:
+                return Traffic("send_recv", ax, nbytes, count, "backward", hidden=True, window_flops=window)
+
             out += [
-                weights("broadcast", attn_shard, prefetched, "forward", "model"),
-                weights("broadcast", attn_shard, d * L - prefetched),
+                weights("broadcast", attn_shard, prefetched, head_block, "forward", "model"),
+                weights("broadcast", attn_shard, d * L - prefetched, block_back),
                 Traffic("all_gather", ax, kv, d * L, "backward"),
                 Traffic("reduce_scatter", ax, kv, d * L, "backward"),
-                Traffic("reduce", ax, attn_shard, d * L, "backward", hidden=True),
-                weights("send_recv", mlp_shard, (d - 1) * L),
-                accumulators,
-                Traffic("send_recv", ax, vocab_shard, 2 * d, "backward", hidden=True),  # embed, head acc
-                weights("send_recv", vocab_shard, d - 1),  # head shards
+                Traffic("reduce", ax, attn_shard, d * L, "backward", hidden=True, window_flops=block_back),
+                weights("send_recv", mlp_shard, (d - 1) * L, 2 * mlp_step),
+                gradients(mlp_shard, d * L, 2 * mlp_step),  # accumulators
+                gradients(vocab_shard, d, 0.0),  # the embedding's accumulators
+                gradients(vocab_shard, d, 3 * head_step),  # the head's
+                weights("send_recv", vocab_shard, d - 1, 3 * head_step),  # head shards
             ]
         return out

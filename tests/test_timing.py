@@ -15,13 +15,15 @@ import yaml
 
 from tspbench.analytic.hardware import RATES, Collective, Hardware, available_hardware, load_hardware
 from tspbench.analytic.predict import predict
-from tspbench.analytic.timing import StepTime
+from tspbench.analytic.timing import StepTime, comm_seconds
 from tspbench.cli import main
 from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.mesh import Mesh
 from tspbench.measure.calibrate import calibrate
 from tspbench.measure.probes import Rate, elementwise_seconds, link_figures
 from tspbench.strategy import check_layout
+from tspbench.strategy.traffic import Traffic
 
 SMALL = Workload(ModelConfig.preset("small"), 1, 2048, "train", "none", "float32", "cpu")
 BASE = Hardware("toy", 8, 2**34, 1.0, 0.1, 0.05, 20.0, 1.0, 100.0, 1.0, 100.0)
@@ -144,6 +146,23 @@ def test_overlap_efficiency_decides_what_hidden_traffic_costs() -> None:
     assert replace(step, comm_hidden_s=3.0).step_s == pytest.approx(2.0 + 0.2 + 1.0)  # outlasts compute
     breakdown = replace(step, overlap_efficiency=0.5).to_dict()
     assert breakdown["compute_s"] + breakdown["comm_exposed_s"] == pytest.approx(breakdown["step_time_s"])
+
+
+def test_a_transfer_with_a_window_hides_at_most_the_compute_of_its_window() -> None:
+    """A hidden call declared with a window overlaps only that many GEMM FLOPs (at the profile's
+    GEMM rate) and exposes the rest, call by call; without a window it may hide anywhere."""
+    mesh = Mesh({"tsp": 2}, create=False)
+    shift = Traffic("send_recv", ("tsp",), 2**26, 10, hidden=True)
+    exposed, hidden = comm_seconds(mesh, [shift], BASE)
+    call = hidden / 10
+    assert exposed == 0.0 and call > 0
+    flops_per_second = BASE.gemm_tflops * 1e12
+    quarter = replace(shift, window_flops=call / 4 * flops_per_second)
+    assert comm_seconds(mesh, [quarter], BASE) == pytest.approx((10 * call * 3 / 4, 10 * call / 4))
+    assert comm_seconds(mesh, [quarter], BASE, share=0.5) == pytest.approx((10 * call / 2, 10 * call / 2))
+    longer = replace(shift, window_flops=2 * call * flops_per_second)
+    assert comm_seconds(mesh, [longer], BASE) == pytest.approx((0.0, 10 * call))
+    assert comm_seconds(mesh, [replace(shift, window_flops=0.0)], BASE) == pytest.approx((10 * call, 0.0))
 
 
 def test_element_wise_time_follows_the_profiles_passes() -> None:

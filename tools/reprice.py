@@ -3,28 +3,37 @@
 The timeline is a model: the same traced step replayed with the current code and hardware
 profile gives its current numbers, with no step run again. For every record of the folders
 given that has a trace.npz, its ``timeline_*`` fields (and ``timeline_step_time_error`` where it
-was measured) are recomputed on the record's own ``timeline_hardware``.
+was measured) are recomputed on the record's own ``timeline_hardware``. ``--predictions`` also
+recomputes the analytic model's ``predicted_*`` fields on the record's ``predicted_hardware``:
+only for folders whose steps the current code executed (the model describes the code as it is;
+a measured step of older code keeps the predictions made beside it).
 
     python -m tools.reprice results/cpu_reference results/cpu_out_of_sample
+    python -m tools.reprice --predictions results/paper_throughput_fake
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.timeline import timeline
 from tspbench.core.trace import load_traces
+from tspbench.measure.bench import predictions
+from tspbench.sweep.points import Point
 from tspbench.sweep.store import write_json, write_tables
 
 
-def reprice(run: Path) -> bool:
+def reprice(run: Path, with_predictions: bool = False) -> bool:
     record_path, trace_path = run / "result.json", run / "trace.npz"
     if not (record_path.is_file() and trace_path.is_file()):
         return False
     record = json.loads(record_path.read_text())
+    if with_predictions and record.get("predicted_hardware"):
+        point = Point.from_json(json.loads((run / "point.json").read_text()))
+        record.update(predictions(point.layout, point.workload, record, record["predicted_hardware"]))
     traces, _ = load_traces(trace_path)
     name = record.get("timeline_hardware") or "cpu"
     tl = timeline(traces, load_hardware(name), record["world_size"])
@@ -36,13 +45,16 @@ def reprice(run: Path) -> bool:
     return True
 
 
-def main(folders: list[str]) -> int:
-    for folder in folders:
-        done = sum(reprice(run) for run in sorted(Path(folder).iterdir()) if run.is_dir())
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--predictions", action="store_true", help="also the analytic model's fields")
+    args = parser.parse_args()
+    for folder in args.folders:
+        done = sum(reprice(run, args.predictions) for run in sorted(folder.iterdir()) if run.is_dir())
         write_tables(folder)  # records.csv and .parquet follow the records
         print(f"{folder}: {done} records re-priced")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main()

@@ -327,6 +327,7 @@ class Timeline:
         out.update({f"{prefix}hidden_fraction_{op}": v for op, v in sorted(self.hidden_fraction.items())})
         if self.weights_hidden_fraction is not None:
             out[f"{prefix}weights_hidden_fraction"] = self.weights_hidden_fraction
+        out.update({f"{prefix}{kind}_s": s for kind, s in self.kind_s.get(self.critical_rank, {}).items()})
         return out
 
 

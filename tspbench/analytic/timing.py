@@ -20,6 +20,9 @@
                measured after the same length of compute (compute / waits; 0 on GPUs:
                nothing measured, nothing added)
     step     = compute + exposed + (1 - eta) hidden + max(0, eta hidden - compute)
+             where a hidden collective declares the compute it can hide behind (its Traffic's
+             window: TSP's weight shards, each behind the GEMMs of the shard in hand), what
+             outlasts that window is exposed, call by call, and only the rest counts as hidden
 
 "Hidden" is what the strategy's schedule overlaps with compute (its Traffic says so: TSP's
 weight shards behind its GEMMs, gradient reduces and accumulators riding the ring, DDP's
@@ -81,6 +84,9 @@ class StepTime:
         return {
             f"{prefix}step_time_s": self.step_s,
             f"{prefix}compute_s": self.compute_s,
+            f"{prefix}gemm_s": self.gemm_s,
+            f"{prefix}attention_s": self.attention_s,
+            f"{prefix}elementwise_s": self.elementwise_s,
             f"{prefix}comm_exposed_s": self.comm_exposed_s + self.hidden_exposed_s,
             f"{prefix}comm_hidden_s": self.comm_hidden_s - self.hidden_exposed_s,
         }
@@ -112,8 +118,9 @@ def crosses_nodes(mesh: Mesh, t: Traffic, gpus_per_node: int) -> bool:
     return len({r // gpus_per_node for r in ranks}) > 1
 
 
-def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[float, float]:
-    """(exposed, hidden) seconds of the step's collectives."""
+def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float = 1.0) -> tuple[float, float]:
+    """(exposed, hidden) seconds of the step's collectives; a hidden call with a window hides
+    at most its window's GEMM seconds (at the rank's ``share`` of its device)."""
     exposed = hidden = 0.0
     for t in traffic:
         n = mesh.size(*t.axes)
@@ -121,11 +128,13 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware) -> tuple[floa
             continue
         inter = crosses_nodes(mesh, t, hw.gpus_per_node)
         latency, bandwidth = hw.link(t.op, n, mesh.world_size, inter, t.batched)
-        seconds = t.count * (latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth)
-        if t.hidden:
-            hidden += seconds
-        else:
-            exposed += seconds
+        call = latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth
+        if not t.hidden:
+            exposed += t.count * call
+            continue
+        window = call if t.window_flops is None else t.window_flops / (hw.gemm_tflops * 1e12) / share
+        hidden += t.count * min(call, window)
+        exposed += t.count * max(0.0, call - window)
     return exposed, hidden
 
 
@@ -165,6 +174,6 @@ def step_time(
     share = hw.share(ranks)
     elementwise = elementwise_bytes(workload, layer_bytes, param_bytes, hw)
     gemm, attention, other = compute_seconds(flops, elementwise, hw, ranks)
-    exposed, hidden = comm_seconds(mesh, traffic, hw)
+    exposed, hidden = comm_seconds(mesh, traffic, hw, share)
     exposed += sync_seconds(mesh, traffic, hw, gemm + attention + other)
     return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)

@@ -22,6 +22,9 @@ class Traffic:
     re-run), "model" (outside the blocks: never repeated). ``batched`` says it is issued
     async together with the other batched collectives of its phase and waited on once (the
     gradient all-reduces after backward), not one blocking call after another.
+    ``window_flops`` (hidden calls): each call overlaps only the compute its schedule issues
+    between the call and its wait, this many FLOPs (priced at the GEMM rate), and what outlasts
+    them is exposed; None: it may hide anywhere in the step's compute.
     """
 
     op: str
@@ -33,6 +36,7 @@ class Traffic:
     hidden: bool = False
     channel: int = 0
     batched: bool = False
+    window_flops: float | None = None
 
 
 RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}

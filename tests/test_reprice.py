@@ -1,0 +1,33 @@
+"""Stored records re-price to themselves: the timeline and the analytic model of the code as it
+is give the numbers committed beside each kept trace (tools/reprice.py). A change to either
+model that is not followed by re-pricing the stored results fails here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools.reprice import reprice
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+MODELLED = ("timeline_", "predicted_")  # the fields the two models give
+
+
+def test_a_stored_fake_world_record_reprices_to_itself(tmp_path: Path) -> None:
+    traces = sorted(RESULTS.glob("paper_scaling_fake/*/trace.npz"), key=lambda p: (p.stat().st_size, str(p)))
+    run = tmp_path / traces[0].parent.name
+    shutil.copytree(traces[0].parent, run)
+    stored = json.loads((run / "result.json").read_text())
+    modelled = [k for k, v in stored.items() if k.startswith(MODELLED) and isinstance(v, float)]
+    assert "timeline_step_time_s" in modelled and "predicted_step_time_s" in modelled
+    (run / "result.json").write_text(json.dumps({**stored, **dict.fromkeys(modelled, -1.0)}))
+
+    assert reprice(run, with_predictions=True)
+
+    again = json.loads((run / "result.json").read_text())
+    assert again.keys() == stored.keys()
+    for key in modelled:
+        assert again[key] == pytest.approx(stored[key], rel=1e-9), key
