@@ -392,7 +392,8 @@ def prefetch_note() -> str:
     held = (after["peak_memory_bytes"] - before["peak_memory_bytes"]) / 2**20
     return (
         f"Before that prefetch the pass waited on its first broadcast before any compute: at "
-        f"{tokens(int(after['seq_len']))} tokens (recompute {after['recompute']}) the step's exposed "
+        f"{tokens(int(after['seq_len']))} tokens (recompute {after['recompute']}; all {len(after['fake_ranks'])} "
+        "ranks executed and replayed, where the table above replays rank 0 alone) the step's exposed "
         f"broadcast time falls from {exposed[0]:.2f} to {exposed[1]:.2f} ms and the step from {step[0]:.3f} to "
         f"{step[1]:.3f} s ({pct(step[1] / step[0] - 1)}), for {held:.0f} MiB more at the peak (one attention "
         "shard in flight); results/timeline_check/tsp_prefetch has both traces and a Gantt of one layer. "
