@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tspbench.report import style as st
-from tspbench.report.gantt import draw_panel, legend_handles, panel, replay
+from tspbench.report.gantt import panel, panels_figure, replay
 
 FIELDS = (
     "timeline_step_time_s",
@@ -36,16 +35,12 @@ def main(folder: Path) -> None:
         row = pd.Series({**record, "run_dir": str(folder / side), "series": side, "run_id": side})
         summary[side] = {k: record[k] for k in FIELDS}
         panels.append(panel(row, replay(row)))
-    fig = st.new_figure(11.0, 0.45 * sum(len(p.lanes) for p in panels) + 2.5)
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, p in zip(axes, panels, strict=True):
-        draw_panel(ax, p, "GPU")
-    axes[-1].set_xlabel("ms from the layer's start (dashed: its end)")
-    fig.legend(handles=legend_handles(panels), loc="outside right center", frameon=False, title="op")
-    fig.suptitle(
+    fig = panels_figure(
+        panels,
+        "GPU",
         f"TSP {record['tsp']}, {record['model']}, {record['seq_len']:,} tokens, {record['mode']}: the second"
         f" layer's forward before and after the prefetch\nfake-world traces replayed on the"
-        f" {record['timeline_hardware']} profile"
+        f" {record['timeline_hardware']} profile",
     )
     fig.savefig(folder / "gantt.png", dpi=120)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -107,9 +107,12 @@ class Prefetch:
 
     def take(self, layer: int) -> comm.Pending | None:
         held, self.pending = self.pending, None
-        if held is None or held[0] == layer:
-            return held and held[1]
-        held[1].wait()
+        if held is None:
+            return None
+        owner, pending = held
+        if owner == layer:
+            return pending
+        pending.wait()  # another layer's shard: let it land, then fetch our own
         return None
 
     def after(self, layer: int, backward_follows: bool, backward: bool = False) -> None:

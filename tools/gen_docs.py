@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tspbench.analytic.hardware import load_hardware
 from tspbench.core.fields import markdown_table
 from tspbench.core.spec import ModelConfig
 from tspbench.core.trace import COMPUTE, ELEMENTWISE, load_traces
@@ -194,6 +195,7 @@ def host_drift() -> str:
 # ----------------------------------------------------------------------------- paper scale
 
 
+@cache
 def paper_scale_rows() -> pd.DataFrame:
     out = []
     for experiment in ("paper_throughput_fake", "tsp_vs_fsdp_sp_fake", "paper_scaling_fake"):
@@ -274,12 +276,14 @@ def paper_scale_reading() -> str:
     kernels = far[["gemm", "attention"]].abs().max().max()
     rest = far.groupby("strategy")["rest"].median()
     ratios = {s: (elementwise_ratio(s, 2), elementwise_ratio(s, 8)) for s in ("fsdp_sp", "tsp")}
+    mi300x = load_hardware("mi300x")  # the profile the paper-scale points are replayed and predicted on
     return (
         f"GEMMs and attention add at most {pct(kernels, False)} of a step: both models price the same FLOPs at "
         "the same rates. The gap is the element-wise ops. The model prices them as passes over the "
-        "activations autograd saves of a block (12 per training step on the GPU profiles, assumed), the same "
-        "for every strategy; the timeline prices each op the step executed, its bytes at the profile's memory "
-        "bandwidth plus a per-op overhead (3 us, assumed). The executed ops move more than the passes, and "
+        f"activations autograd saves of a block ({mi300x.elementwise_passes['train']:g} per training step on the "
+        "MI300X profile, assumed), the same for every strategy; the timeline prices each op the step executed, "
+        f"its bytes at the profile's memory bandwidth plus a per-op overhead ({mi300x.op_overhead_us:g} us, "
+        "assumed). The executed ops move more than the passes, and "
         f"more as D grows: the timeline's element-wise time is {ratios['fsdp_sp'][0]:.1f}x the model's for "
         f"FSDP+SP at D = 2 and {ratios['fsdp_sp'][1]:.1f}x at D = 8 (TSP {ratios['tsp'][0]:.1f}x and "
         f"{ratios['tsp'][1]:.1f}x, medians over lengths). In the traces the largest are copies the passes do "
@@ -384,9 +388,7 @@ def overlap_notes() -> str:
 def prefetch_note() -> str:
     """Before and after the prefetch of each pass's first broadcast, from the two traced points."""
     folder = RESULTS / "timeline_check" / "tsp_prefetch"
-    before, after = (
-        json.loads((folder / f"{side}" / "result.json").read_text()) for side in ("before", "after")
-    )
+    before, after = (json.loads((folder / side / "result.json").read_text()) for side in ("before", "after"))
     exposed = [r["timeline_exposed_broadcast_s"] * 1e3 for r in (before, after)]
     step = [r["timeline_step_time_s"] for r in (before, after)]
     held = (after["peak_memory_bytes"] - before["peak_memory_bytes"]) / 2**20

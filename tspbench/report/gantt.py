@@ -177,18 +177,21 @@ def timeline_gantt(df: pd.DataFrame, ctx: Context) -> Figure | None:
     step; None when no completed point has a trace with layer marks."""
     rows = pick(df)
     panels = [p for p in (panel(row, replay(row)) for _, row in rows.iterrows()) if p is not None]
-    if not panels:
-        return None
+    return panels_figure(panels, ctx.noun, title(rows, ctx)) if panels else None
+
+
+def panels_figure(panels: list[Panel], noun: str, suptitle: str) -> Figure:
+    """The panels stacked on one shared ms axis, the ops' legend on the right."""
     heights = [0.45 * len(p.lanes) + 0.55 for p in panels]
     fig = st.new_figure(11.0, sum(heights) + 1.4)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
     right = max(p.seconds for p in panels) * 1e3
     for ax, p in zip(axes, panels, strict=True):
-        draw_panel(ax, p, ctx.noun)
+        draw_panel(ax, p, noun)
     axes[-1].set_xlim(0, right * 1.02)
     axes[-1].set_xlabel("ms from the layer's start (dashed: its end)")
     fig.legend(handles=legend_handles(panels), loc="outside right center", frameon=False, title="op")
-    fig.suptitle(title(rows, ctx))
+    fig.suptitle(suptitle)
     return fig
 
 
