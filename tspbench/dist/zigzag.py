@@ -36,34 +36,57 @@ def zigzag_unshard(stacked: Tensor, dim: int) -> Tensor:
     """Sequence order from per-rank pieces stacked on dim 0: [D, .., 2C, ..] -> [.., 2DC, ..] along ``dim``.
 
     ``dim`` indexes the unstacked piece. Rank r's first chunk is chunk r, its second chunk
-    2D-1-r, so the second halves come back in reverse rank order. One copy (the cat) either
-    way; under autograd each chunk is a narrow of its rank's piece (the backward the memory
-    model counts), without it the chunks are unbind views (a sixth of the ops at D = 8).
+    2D-1-r, so the second halves come back in reverse rank order. One copy (the cat); under
+    autograd the backward is one copy too: the gradient cut back into the pieces (zigzag_stack).
     """
-    parts = stacked.shape[0]
-    if parts == 1:
+    if stacked.shape[0] == 1:
         return stacked[0]
-    c = stacked.shape[dim + 1] // 2
     if torch.is_grad_enabled() and stacked.requires_grad:
-        firsts = [stacked[r].narrow(dim, 0, c) for r in range(parts)]
-        seconds = [stacked[r].narrow(dim, c, c) for r in reversed(range(parts))]
-    else:
-        halves = [piece.unbind(dim) for piece in stacked.unflatten(dim + 1, (2, c)).unbind(0)]
-        firsts = [first for first, _ in halves]
-        seconds = [second for _, second in reversed(halves)]
-    return torch.cat(firsts + seconds, dim=dim)  # one copy, in sequence order
+        return _ZigzagUnshard.apply(stacked, dim)
+    return _unshard(stacked, dim)
 
 
 def zigzag_stack(full: Tensor, parts: int, dim: int) -> Tensor:
     """Inverse of zigzag_unshard: [.., S, ..] -> every rank's tokens stacked [D, .., 2C, ..].
 
-    The chunks are unbind views of ``full``; each rank's two are stacked (D copies of 1/D),
-    then the ranks' (one copy), as D zigzag_shard calls and a stack would copy."""
+    One copy: each of the 2D chunks of ``full`` is copied into its place in a new tensor."""
     if parts == 1:
         return full.unsqueeze(0)
-    chunks = full.unflatten(dim, (2 * parts, -1)).unbind(dim)
-    pairs = [torch.stack([chunks[r], chunks[2 * parts - 1 - r]], dim=dim) for r in range(parts)]
-    return torch.stack(pairs, dim=0).flatten(dim + 1, dim + 2)
+    chunks = full.chunk(2 * parts, dim=dim)
+    shape = list(full.shape)
+    shape[dim] //= parts
+    out = full.new_empty([parts, *shape])
+    for r in range(parts):
+        first, second = out[r].chunk(2, dim=dim)
+        first.copy_(chunks[r])
+        second.copy_(chunks[2 * parts - 1 - r])
+    return out
+
+
+def _unshard(stacked: Tensor, dim: int) -> Tensor:
+    """zigzag_unshard's forward: the chunks are unbind views of the pieces, joined by one cat."""
+    c = stacked.shape[dim + 1] // 2
+    halves = [piece.unbind(dim) for piece in stacked.unflatten(dim + 1, (2, c)).unbind(0)]
+    firsts = [first for first, _ in halves]
+    seconds = [second for _, second in reversed(halves)]
+    return torch.cat(firsts + seconds, dim=dim)
+
+
+class _ZigzagUnshard(torch.autograd.Function):
+    """Forward [D, .., 2C, ..] -> [.., 2DC, ..] (_unshard); backward the inverse (zigzag_stack).
+
+    Autograd's own backward of the cat of 2D views would fill a zero tensor of the whole
+    stacked size for every chunk and add the 2D of them: O(D) passes over the gathered K/V
+    where one suffices."""
+
+    @staticmethod
+    def forward(ctx, stacked: Tensor, dim: int) -> Tensor:
+        ctx.dim, ctx.parts = dim, stacked.shape[0]
+        return _unshard(stacked, dim)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return zigzag_stack(grad, ctx.parts, ctx.dim), None
 
 
 def zigzag_causal_attention(q: Tensor, keys: Tensor, values: Tensor, parts: int, index: int) -> Tensor:
