@@ -152,7 +152,8 @@ class FoldedParallel(Strategy):
         window): a broadcast and a shard's gradient reduce behind one head block (its projections
         and attention core; backward 2x the projections, 3.5x the core), a ring shift and its
         accumulator behind the GEMMs of the shard in hand (backward 2x; the LM head's 3x, as it
-        recomputes its logits), the embedding's shifts behind nothing (lookups only)."""
+        recomputes its logits), the embedding's shifts behind nothing (lookups only). The transfers
+        of one window in backward (a shard's weights and its gradients) share the link."""
         cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
         train = self.workload.mode == "train"
         attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
@@ -164,34 +165,31 @@ class FoldedParallel(Strategy):
         block_back = (2 * f.attn_gemm + 3.5 * f.core) / d
         ax = ("tsp",)
 
-        def weights(
-            op: str, nbytes: int, count: int, window: float, phase: str = "backward", scope: str = "block"
-        ) -> Traffic:
-            return Traffic(op, ax, nbytes, count, phase, scope, hidden=True, channel=1, window_flops=window)
+        def hides(
+            op: str, size: int, n: int, flops: float, window: str, phase: str = "backward", channel: int = 1
+        ) -> Traffic:  # ``n`` transfers, each hidden behind ``flops`` of its named window
+            scope = "model" if window in ("embedding", "head", "prefetch") else "block"
+            return Traffic(op, ax, size, n, phase, scope, True, channel, window_flops=flops, window=window)
 
         out = [
-            weights("broadcast", attn_shard, d * L, head_block, "forward"),
+            hides("broadcast", attn_shard, d * L, head_block, "head block", "forward"),
             Traffic("all_gather", ax, kv, d * L, "forward", "block"),
-            weights("send_recv", mlp_shard, (d - 1) * L, mlp_step, "forward"),
-            weights("send_recv", vocab_shard, d - 1, 0.0, "forward", "model"),  # embedding
-            weights("send_recv", vocab_shard, d - 1, head_step, "forward", "model"),  # head
+            hides("send_recv", mlp_shard, (d - 1) * L, mlp_step, "mlp shard", "forward"),
+            hides("send_recv", vocab_shard, d - 1, 0.0, "embedding", "forward"),
+            hides("send_recv", vocab_shard, d - 1, head_step, "head", "forward"),
         ]
         if train:
             prefetched = 1 if self.workload.overlap else 0  # the first backward pass's W_0, issued in forward
-
-            def gradients(nbytes: int, count: int, window: float) -> Traffic:
-                return Traffic("send_recv", ax, nbytes, count, "backward", hidden=True, window_flops=window)
-
             out += [
-                weights("broadcast", attn_shard, prefetched, head_block, "forward", "model"),
-                weights("broadcast", attn_shard, d * L - prefetched, block_back),
+                hides("broadcast", attn_shard, prefetched, head_block, "prefetch", "forward"),
+                hides("broadcast", attn_shard, d * L - prefetched, block_back, "head block"),
                 Traffic("all_gather", ax, kv, d * L, "backward"),
                 Traffic("reduce_scatter", ax, kv, d * L, "backward"),
-                Traffic("reduce", ax, attn_shard, d * L, "backward", hidden=True, window_flops=block_back),
-                weights("send_recv", mlp_shard, (d - 1) * L, 2 * mlp_step),
-                gradients(mlp_shard, d * L, 2 * mlp_step),  # accumulators
-                gradients(vocab_shard, d, 0.0),  # the embedding's accumulators
-                gradients(vocab_shard, d, 3 * head_step),  # the head's
-                weights("send_recv", vocab_shard, d - 1, 3 * head_step),  # head shards
+                hides("reduce", attn_shard, d * L, block_back, "head block", channel=0),  # weight gradients
+                hides("send_recv", mlp_shard, (d - 1) * L, 2 * mlp_step, "mlp shard"),
+                hides("send_recv", mlp_shard, d * L, 2 * mlp_step, "mlp shard", channel=0),  # accumulators
+                hides("send_recv", vocab_shard, d, 0.0, "embedding", channel=0),  # accumulators
+                hides("send_recv", vocab_shard, d, 3 * head_step, "head", channel=0),  # accumulators
+                hides("send_recv", vocab_shard, d - 1, 3 * head_step, "head"),  # head shards
             ]
         return out

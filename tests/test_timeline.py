@@ -216,6 +216,25 @@ def test_contention_slows_compute_that_overlaps_a_transfer() -> None:
     assert tl.step_s == pytest.approx(1.25, rel=1e-3)
 
 
+def test_where_ranks_outnumber_cores_each_issue_is_late_by_the_measured_wait() -> None:
+    """A profile that measured a 0.2 s wait after 1 s of compute (sync_us, proportional below):
+    two ranks compute 1 s, then 0.5 s, each time before a blocking 0.5 s all-reduce. Each
+    all-reduce starts late by its wait (0.2 s, then 0.1 s): the step ends at 1.2 + 0.5 + 0.5 +
+    0.1 + 0.5 = 2.8 s, waiting on peers 0.3 s; without the measurement (a GPU) at 2.5 s."""
+    from dataclasses import replace
+
+    def build(p: Program) -> None:
+        p.gemm(1.0)
+        p.wait(p.issue(0.5, async_op=False))
+        p.gemm(0.5)
+        p.wait(p.issue(0.5, async_op=False))
+
+    shared = replace(ROUND, sync_us={2: {1e6: 0.2e6}})
+    tl = timeline(_pair(build), shared, 2)
+    assert tl.step_s == pytest.approx(2.8) and tl.peers_s == pytest.approx(0.3)
+    assert timeline(_pair(build), ROUND, 2).step_s == pytest.approx(2.5)
+
+
 def test_mismatched_traces_do_not_hang() -> None:
     waiting = Program(0)
     waiting.wait(waiting.issue(0.5, async_op=False))

@@ -165,6 +165,23 @@ def test_a_transfer_with_a_window_hides_at_most_the_compute_of_its_window() -> N
     assert comm_seconds(mesh, [replace(shift, window_flops=0.0)], BASE) == pytest.approx((10 * call, 0.0))
 
 
+def test_transfers_that_share_a_window_add_up_before_it_hides_them() -> None:
+    """Two calls of one phase naming the same window are in flight together on one link: a
+    window that hides each alone (1.5 calls long) hides 1.5 of the 2 calls they take together;
+    the same two windows named apart hide both; another phase's window is another window."""
+    mesh = Mesh({"tsp": 2}, create=False)
+    shift = Traffic("send_recv", ("tsp",), 2**26, 10, "backward", hidden=True)
+    call = comm_seconds(mesh, [shift], BASE)[1] / 10
+    window = 1.5 * call * BASE.gemm_tflops * 1e12
+    weights = replace(shift, window_flops=window, window="shard")
+    gradients = replace(weights, channel=1)
+    assert comm_seconds(mesh, [weights, gradients], BASE) == pytest.approx((10 * call / 2, 10 * 1.5 * call))
+    apart = [weights, replace(gradients, window="other shard")]
+    assert comm_seconds(mesh, apart, BASE) == pytest.approx((0.0, 20 * call))
+    forward = [weights, replace(gradients, phase="forward")]
+    assert comm_seconds(mesh, forward, BASE) == pytest.approx((0.0, 20 * call))
+
+
 def test_element_wise_time_follows_the_profiles_passes() -> None:
     """Doubling every pass doubles the element-wise seconds and nothing else; a forward has no
     optimizer term, so only its own pass count moves it."""

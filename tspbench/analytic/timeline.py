@@ -24,6 +24,9 @@ Costs (``op_seconds``) come from a hardware profile (tspbench.analytic.hardware)
                   and the host's time per op outside the kernels (CPU: Python, autograd; GPU: 0,
                   the host runs ahead of the device)
     rank's share  where ranks share a host's cores, each kind at the share calibrate measured
+    drift         where ranks outnumber a host's cores, a rank issues each collective late by
+                  the wait calibrate measured after the same compute (``Hardware.sync_s``: the
+                  scheduler runs its peers meanwhile); none on GPUs (each rank has its device)
     contention    compute that runs while the rank's link carries a collective is slowed by
                   ``comm_slowdown`` of the overlap (CPU: 1 - the measured overlap efficiency;
                   GPU: the SMs NCCL/RCCL occupy, assumed), found by replaying twice
@@ -175,6 +178,7 @@ class RankState:
     waits: list[tuple[float, float, float, str]] = field(default_factory=list)  # t0, peers until, end, op
     marks: list[tuple[str, int, float]] = field(default_factory=list)  # label, end?, time
     coll_of: dict[int, Collective] = field(default_factory=dict)  # issue row -> its collective
+    computed: float = 0.0  # compute seconds since the rank's last issue (its drift grows with them)
 
 
 def segments(trace: RankTrace, seconds: np.ndarray) -> list[Item]:
@@ -238,6 +242,7 @@ class Replay:
         start = s.lanes[stream]
         s.lanes[stream] = start + seconds
         s.segment_times.append((start, start + seconds))
+        s.computed += seconds
         if stream == 0 and seconds > 0:
             s.busy.append((start, start + seconds))
 
@@ -279,7 +284,9 @@ class Replay:
             link, latency, transfer = self.costs.collective_seconds(op, group.ranks, float(ev["nbytes"]))
             coll = Collective(op, group.label, group.ranks, float(ev["nbytes"]), link, latency, transfer)
             self.instances[(key, seq)] = coll
-        coll.issued[s.trace.rank] = s.lanes[stream]
+        drift = self.costs.hw.sync_s(self.costs.ranks_on_node, s.computed)
+        coll.issued[s.trace.rank] = s.lanes[stream] + drift
+        s.computed = 0.0
         s.coll_of[i] = coll
         participants = self.replayed.intersection(coll.ranks)
         if participants.issubset(coll.issued):

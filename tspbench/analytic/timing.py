@@ -22,7 +22,9 @@
     step     = compute + exposed + (1 - eta) hidden + max(0, eta hidden - compute)
              where a hidden collective declares the compute it can hide behind (its Traffic's
              window: TSP's weight shards, each behind the GEMMs of the shard in hand), what
-             outlasts that window is exposed, call by call, and only the rest counts as hidden
+             outlasts that window is exposed, call by call, and only the rest counts as hidden;
+             the calls of one phase in flight in the same named window share the link, so
+             their times add before the window hides them
 
 "Hidden" is what the strategy's schedule overlaps with compute (its Traffic says so: TSP's
 weight shards behind its GEMMs, gradient reduces and accumulators riding the ring, DDP's
@@ -119,9 +121,11 @@ def crosses_nodes(mesh: Mesh, t: Traffic, gpus_per_node: int) -> bool:
 
 
 def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float = 1.0) -> tuple[float, float]:
-    """(exposed, hidden) seconds of the step's collectives; a hidden call with a window hides
-    at most its window's GEMM seconds (at the rank's ``share`` of its device)."""
+    """(exposed, hidden) seconds of the step's collectives. Hidden calls with a window hide at
+    most its GEMM seconds (at the rank's ``share`` of its device); the calls that share a named
+    window (same phase) take turns on the link, so their times add before the window hides them."""
     exposed = hidden = 0.0
+    windows: dict[tuple, list[tuple[Traffic, float]]] = {}
     for t in traffic:
         n = mesh.size(*t.axes)
         if n == 1 or not t.count:
@@ -131,10 +135,16 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
         call = latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth
         if not t.hidden:
             exposed += t.count * call
-            continue
-        window = call if t.window_flops is None else t.window_flops / (hw.gemm_tflops * 1e12) / share
-        hidden += t.count * min(call, window)
-        exposed += t.count * max(0.0, call - window)
+        elif t.window_flops is None:
+            hidden += t.count * call
+        else:
+            windows.setdefault((t.phase, t.window or id(t)), []).append((t, call))
+    for calls in windows.values():
+        count = max(t.count for t, _ in calls)  # the window's occurrences
+        per_window = sum(t.count * call for t, call in calls) / count
+        window = max(t.window_flops or 0.0 for t, _ in calls) / (hw.gemm_tflops * 1e12) / share
+        hidden += count * min(per_window, window)
+        exposed += count * max(0.0, per_window - window)
     return exposed, hidden
 
 

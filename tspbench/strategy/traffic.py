@@ -24,7 +24,10 @@ class Traffic:
     gradient all-reduces after backward), not one blocking call after another.
     ``window_flops`` (hidden calls): each call overlaps only the compute its schedule issues
     between the call and its wait, this many FLOPs (priced at the GEMM rate), and what outlasts
-    them is exposed; None: it may hide anywhere in the step's compute.
+    them is exposed; None: it may hide anywhere in the step's compute. ``window`` names it:
+    the calls of one phase that name the same window are in flight together, on one link, so
+    their times add up before the window's compute hides them (TSP's backward: a head block's
+    weight broadcast and its gradient reduce; a ring shift and its accumulator).
     """
 
     op: str
@@ -37,6 +40,7 @@ class Traffic:
     channel: int = 0
     batched: bool = False
     window_flops: float | None = None
+    window: str = ""
 
 
 RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
