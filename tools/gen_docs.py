@@ -184,11 +184,14 @@ def host_drift() -> str:
     strategies whose code did not change between them (results/timeline_check/host_drift.json)."""
     d = json.loads((RESULTS / "timeline_check" / "host_drift.json").read_text())
     return (
-        f"the DP, TP and SP points of cpu_reference took {d['median_ratio']:.2f}x the time of their previous "
+        f"the {' and '.join(x.upper() for x in d['strategies'])} points of cpu_reference took "
+        f"{d['median_ratio']:.2f}x the time of their previous "
         f"measurement (median of {d['points']}; their code unchanged between the two). Priced on the profile "
         "calibrated before this run, the timeline's median absolute error on cpu_reference was "
         f"{pct(d['previous_profile_errors']['timeline'], False)} and the analytic model's "
-        f"{pct(d['previous_profile_errors']['analytic'], False)}, both under the measured times"
+        f"{pct(d['previous_profile_errors']['analytic'], False)} (median signed errors "
+        f"{pct(d['previous_profile_errors']['timeline_signed'])} and "
+        f"{pct(d['previous_profile_errors']['analytic_signed'])})"
     )
 
 

@@ -1,0 +1,93 @@
+"""How much this host's speed moved between two measurements of results/cpu_reference.
+
+Compares the measured step times of the points whose code did not change between a previous
+commit's records and the working tree's (``--strategies``), and, from the records as they were
+measured (before ``calibrate`` ran again and they were re-priced), each model's median absolute
+error on the profile calibrated before the run. Writes results/timeline_check/host_drift.json,
+which docs/time-model.md quotes.
+
+    python -m tools.host_drift --previous 03feae9 --strategies dp tp --as-measured /tmp/measured
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+STUDY = Path("results/cpu_reference")
+OUT = Path("results/timeline_check/host_drift.json")
+
+
+def records_at(rev: str) -> dict[str, dict]:
+    """run id -> record of cpu_reference's completed points at git revision ``rev``."""
+    names = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", rev, str(STUDY)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    out = {}
+    for name in (n for n in names if n.endswith("/result.json")):
+        text = subprocess.run(["git", "show", f"{rev}:{name}"], capture_output=True, text=True, check=True)
+        out[Path(name).parent.name] = json.loads(text.stdout)
+    return {k: r for k, r in out.items() if r.get("status") == "completed"}
+
+
+def records_in(folder: Path) -> dict[str, dict]:
+    out = {p.parent.name: json.loads(p.read_text()) for p in folder.glob("*/result.json")}
+    return {k: r for k, r in out.items() if r.get("status") == "completed"}
+
+
+def median_error(records: dict[str, dict], field: str, signed: bool = False) -> float:
+    errors = [r[field] / r["step_time_s"] - 1 for r in records.values()]
+    return round(statistics.median(errors if signed else map(abs, errors)), 3)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--previous", required=True, help="git revision of the previous measurement")
+    parser.add_argument("--strategies", nargs="+", required=True, help="strategies whose code did not change")
+    parser.add_argument("--as-measured", type=Path, required=True, help="records before re-pricing")
+    args = parser.parse_args(argv)
+    before, now = records_at(args.previous), records_in(STUDY)
+    same = sorted(k for k in now if k in before and now[k]["strategy"] in args.strategies)
+    by_point = [
+        {
+            "run_id": k,
+            "strategy": now[k]["strategy"],
+            "seq_len": now[k]["seq_len"],
+            "previous_step_time_s": before[k]["step_time_s"],
+            "step_time_s": now[k]["step_time_s"],
+            "previous_time_utc": before[k]["env_time_utc"],
+            "time_utc": now[k]["env_time_utc"],
+        }
+        for k in same
+    ]
+    ratios = [p["step_time_s"] / p["previous_step_time_s"] for p in by_point]
+    measured = records_in(args.as_measured)
+    names = ", ".join(s.upper() for s in args.strategies)
+    result = {
+        "what": f"measured step times of results/cpu_reference's {names} points (code unchanged between the "
+        f"two runs) in this run against the previous run stored at commit {args.previous}",
+        "points": len(ratios),
+        "strategies": args.strategies,
+        "median_ratio": statistics.median(ratios),
+        "min_ratio": min(ratios),
+        "max_ratio": max(ratios),
+        "previous_profile_errors": {
+            "what": f"cpu_reference's {len(measured)} points of this run priced on the CPU profile "
+            "calibrated before the run, before it was calibrated again: median absolute and median "
+            "signed error of each model",
+            "timeline": median_error(measured, "timeline_step_time_s"),
+            "analytic": median_error(measured, "predicted_step_time_s"),
+            "timeline_signed": median_error(measured, "timeline_step_time_s", signed=True),
+            "analytic_signed": median_error(measured, "predicted_step_time_s", signed=True),
+        },
+        "by_point": by_point,
+    }
+    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{OUT}: {len(ratios)} points, median ratio {result['median_ratio']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
