@@ -175,7 +175,19 @@ def step_notes() -> str:
         "cpu_out_of_sample's points were chosen before the timeline was built, and no figure of the CPU "
         "profile is fitted to either study. The profile is what `tspbench calibrate` measured on this host "
         "right after the studies ran, and both were re-priced from it (tools/reprice.py): the host's speed "
-        f"drifts, and {host_drift()}."
+        f"drifts, and {host_drift()}. {gemm_rates(df)}"
+    )
+
+
+def gemm_rates(df: pd.DataFrame) -> str:
+    """The two GEMM rates of the CPU profile: the analytic model's and the timeline's."""
+    cpu = load_hardware("cpu")
+    return (
+        f"The two models read different GEMM rates from the profile: the analytic model calibrate's "
+        f"single-rank benchmark of the step's GEMM shapes ({cpu.gemm_tflops * 1e3:.1f} GFLOP/s this time), the "
+        f"timeline the rate those GEMMs ran at inside the profiled step ({cpu.step_gemm_tflops * 1e3:.1f}); "
+        f"the analytic model over-predicts both studies by a median {pct(df['analytic'].median())}, the "
+        f"timeline by {pct(df['timeline'].median())}."
     )
 
 
@@ -280,32 +292,32 @@ def paper_scale_reading() -> str:
     rest = far.groupby("strategy")["rest"].median()
     ratios = {s: (elementwise_ratio(s, 2), elementwise_ratio(s, 8)) for s in ("fsdp_sp", "tsp")}
     mi300x = load_hardware("mi300x")  # the profile the paper-scale points are replayed and predicted on
+    full = far[(far["strategy"] == "fsdp_sp") & (far["recompute"] == "full")]
     return (
         f"GEMMs and attention add at most {pct(kernels, False)} of a step: both models price the same FLOPs at "
-        "the same rates. The gap is the element-wise ops. The model prices them as passes over the "
+        "the same rates. Most of the gap is element-wise ops. The model prices them as passes over the "
         f"activations autograd saves of a block ({mi300x.elementwise_passes['train']:g} per training step on the "
         "MI300X profile, assumed), the same for every strategy; the timeline prices each op the step executed, "
         f"its bytes at the profile's memory bandwidth plus a per-op overhead ({mi300x.op_overhead_us:g} us, "
-        "assumed). The executed ops move more than the passes, and "
-        f"more as D grows: the timeline's element-wise time is {ratios['fsdp_sp'][0]:.1f}x the model's for "
-        f"FSDP+SP at D = 2 and {ratios['fsdp_sp'][1]:.1f}x at D = 8 (TSP {ratios['tsp'][0]:.1f}x and "
-        f"{ratios['tsp'][1]:.1f}x, medians over lengths). In the traces the largest are copies the passes do "
-        f"not count: FSDP+SP at D = 8 ({largest_elementwise_ops('fsdp_sp', sp=8)} of its element-wise bytes at "
-        "128K) fills, in the backward of the sequence K/V gather, a zero tensor of the whole gathered size for "
-        "each of the 2D chunks and sums them, so those bytes grow with D; TP+SP "
-        f"at 2 x 4 ({largest_elementwise_ops('tp_sp', tp=2, sp=4)}) gathers K/V over its sequence axis the same "
-        "way; "
-        f"TSP at D = 8 ({largest_elementwise_ops('tsp', tsp=8)}) has, besides the products every strategy "
-        "has, each head block's K/V concatenated in sequence order and each shard's gradient partials "
-        "concatenated. Neither side is measured on a GPU; the published-run backtest "
-        "(docs/reproducing-the-paper.md) also finds the assumed element-wise cost too low. The model is not "
-        "changed for it: the gather's backward is a cost of the code, to remove there (narrowing each chunk "
-        "out of one gradient instead of filling a zero tensor per chunk), not to price. What is left, "
-        f"communication and waits, is {pct(rest.get('tsp', 0.0))} for TSP (median of its points more than 10% "
-        "apart): the model prices each weight transfer against the GEMMs issued between it and its wait, but "
-        "not two transfers sharing one link (in backward the MLP's weights and its gradient accumulators cross "
-        "the same xGMI link) nor the K/V gathers queued on it; for the others it is within "
-        f"{pct(rest.drop('tsp', errors='ignore').abs().max(), False)}."
+        "assumed). The executed ops move more than the passes: the timeline's element-wise time is "
+        f"{ratios['fsdp_sp'][0]:.1f}x the model's for FSDP+SP at D = 2 and {ratios['fsdp_sp'][1]:.1f}x at D = 8 "
+        f"(TSP {ratios['tsp'][0]:.1f}x and {ratios['tsp'][1]:.1f}x, medians over lengths). In the traces the "
+        f"largest are the products every strategy has and copies the passes do not count: FSDP+SP at D = 8 "
+        f"({largest_elementwise_ops('fsdp_sp', sp=8)} of its element-wise bytes at 128K) and TP+SP at 2 x 4 "
+        f"({largest_elementwise_ops('tp_sp', tp=2, sp=4)}) put the gathered K/V in sequence order and cut "
+        f"their gradients back; TSP at D = 8 ({largest_elementwise_ops('tsp', tsp=8)}) also concatenates each "
+        "head block's K/V and each shard's gradient partials. Neither side is measured on a GPU; the "
+        "published-run backtest (docs/reproducing-the-paper.md) also finds the assumed element-wise cost too "
+        "low. The rest is communication and waits: "
+        f"{pct(rest.get('tsp', 0.0))} for TSP and {pct(rest.get('fsdp_sp', 0.0))} for FSDP+SP (medians of "
+        "their points more than 10% apart), within "
+        f"{pct(rest.drop(['tsp', 'fsdp_sp'], errors='ignore').abs().max(), False)} for the others. In the "
+        "timeline a link carries one transfer at a time, so a blocking K/V gather waits behind the transfers "
+        "already in flight on it: TSP's weight shards and gradients; FSDP's weight all-gathers and gradient "
+        "reduce-scatters, which under full recomputation run while each block's forward is recomputed "
+        f"(the {len(full)} of FSDP+SP's points more than 10% apart with full recomputation: median "
+        f"communication part {pct(full['rest'].median())}). The model prices an exposed collective "
+        "as if it had the link to itself: its side of this gap."
     )
 
 
