@@ -280,3 +280,25 @@ def test_hardware_profile_with_a_duplicate_key_or_a_bad_byte(tmp_path: Path, cap
     latin.write_bytes(shipped.encode() + b"# caf\xe9\n")
     err = _one_error_line(["predict", "--strategy", "tp", "--tp", "2", "--hardware", str(latin)], capsys)
     assert f"{latin}: not UTF-8 text: byte 0xe9" in err, err
+
+
+def test_a_checkout_is_dirty_for_its_code_not_for_the_records_a_sweep_writes(tmp_path: Path) -> None:
+    """A sweep writes its records under results/ as it runs: that alone must not mark the code
+    that ran as modified; a change to a tracked file outside results/ does."""
+    from tspbench.measure.env import git_state
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "record.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    sha, dirty = git_state(tmp_path)
+    assert len(sha) == 40 and dirty is False
+    (tmp_path / "results" / "record.json").write_text('{"step_time_s": 1}')
+    assert git_state(tmp_path) == (sha, False)
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_state(tmp_path) == (sha, True)

@@ -25,14 +25,15 @@ SLURM_VARS = (
 
 
 def git_state(root: Path | None = None) -> tuple[str | None, bool | None]:
-    """(sha, dirty) of the checkout tspbench runs from; (None, None) outside git."""
+    """(sha, dirty) of the checkout tspbench runs from; (None, None) outside git. Dirty: a tracked
+    file differs from the commit outside results/ (the records a sweep writes as it runs)."""
     root = root or Path(tspbench.__file__).resolve().parent.parent
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
             cwd=root,
             capture_output=True,
             text=True,
