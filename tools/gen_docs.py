@@ -180,14 +180,13 @@ def step_notes() -> str:
 
 
 def gemm_rates(df: pd.DataFrame) -> str:
-    """The two GEMM rates of the CPU profile: the analytic model's and the timeline's."""
+    """The GEMM rate both models read from the CPU profile, and how each model leans."""
     cpu = load_hardware("cpu")
     return (
-        f"The two models read different GEMM rates from the profile: the analytic model calibrate's "
-        f"single-rank benchmark of the step's GEMM shapes ({cpu.gemm_tflops * 1e3:.1f} GFLOP/s this time), the "
-        f"timeline the rate those GEMMs ran at inside the profiled step ({cpu.step_gemm_tflops * 1e3:.1f}); "
-        f"the analytic model over-predicts both studies by a median {pct(df['analytic'].median())}, the "
-        f"timeline by {pct(df['timeline'].median())}."
+        f"Both models price GEMMs at the rate the step's own GEMMs ran at in calibrate's profiled step "
+        f"({cpu.step_gemm_rate * 1e3:.1f} GFLOP/s; calibrate's single-rank benchmark of the same shapes gave "
+        f"{cpu.gemm_tflops * 1e3:.1f} this time); the analytic model over-predicts both studies by a median "
+        f"{pct(df['analytic'].median())}, the timeline by {pct(df['timeline'].median())}."
     )
 
 

@@ -119,6 +119,12 @@ class Hardware:
         (chunk vs a prefix 4x as long), interpolated in log(chunk), else ``attention_tflops``."""
         return _interpolated(self.attention_by_size, chunk, self.attention_tflops)
 
+    @property
+    def step_gemm_rate(self) -> float:
+        """TFLOP/s of a training or prefill step's GEMMs: the rate they ran at inside calibrate's
+        profiled step where it measured one, else the achievable rate (both time models use it)."""
+        return self.step_gemm_tflops or self.gemm_tflops
+
     def share(self, ranks_on_node: int) -> float:
         """The fraction of its device one rank gets when ``ranks_on_node`` ranks run on a node."""
         if self.cores_per_node is None:

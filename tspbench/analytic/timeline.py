@@ -113,7 +113,7 @@ def kernel_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> np.nd
     compute = ev["kind"] == COMPUTE
     gemm = compute & (ev["cls"] == GEMM)
     memory = hw.hbm_bandwidth_gbs * 1e9
-    gemm_rate = (hw.step_gemm_tflops or hw.gemm_tflops) * 1e12
+    gemm_rate = hw.step_gemm_rate * 1e12
     out[gemm] = np.maximum(ev["flops"][gemm] / gemm_rate, ev["nbytes"][gemm] / memory)
     elementwise = compute & (ev["cls"] == ELEMENTWISE)
     default = hw.elementwise_by_op.get("*", hw.hbm_bandwidth_gbs)

@@ -1,6 +1,6 @@
 """The time model of one step, per rank: what runs, at which rate, and what runs behind what.
 
-    compute  =   GEMM FLOPs / GEMM rate / share
+    compute  =   GEMM FLOPs / GEMM rate / share   (Hardware.step_gemm_rate: as the profiled step ran them)
                + attention FLOPs / attention rate / attention share
                                   rectangles (a query chunk against the keys before it) and
                                   square causal blocks apart, each at the rate measured for its
@@ -108,7 +108,7 @@ def compute_seconds(
     rectangle_rate = hw.rectangle_tflops(flops.causal_block) * 1e12
     attention = (flops.attention - causal) / rectangle_rate + causal / causal_rate
     return (
-        flops.gemm / (hw.gemm_tflops * 1e12) / share,
+        flops.gemm / (hw.step_gemm_rate * 1e12) / share,
         attention / attention_share,
         elementwise_bytes / (hw.hbm_bandwidth_gbs * 1e9) / share,
     )
@@ -142,7 +142,7 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
     for calls in windows.values():
         count = max(t.count for t, _ in calls)  # the window's occurrences
         per_window = sum(t.count * call for t, call in calls) / count
-        window = max(t.window_flops or 0.0 for t, _ in calls) / (hw.gemm_tflops * 1e12) / share
+        window = max(t.window_flops or 0.0 for t, _ in calls) / (hw.step_gemm_rate * 1e12) / share
         hidden += count * min(per_window, window)
         exposed += count * max(0.0, per_window - window)
     return exposed, hidden
