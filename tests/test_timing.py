@@ -272,13 +272,18 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
 
 
 def test_the_element_wise_probe_counts_element_wise_ops_and_not_gemms() -> None:
-    """GEMMs (and their dispatch) are not element-wise time; a product of the same tensors is."""
-    a, b = torch.randn(256, 256), torch.randn(256, 256)
-    start = time.perf_counter()
-    gemm_only, _ = elementwise_seconds(lambda: [a @ b for _ in range(20)])
-    gemm_wall = time.perf_counter() - start
+    """GEMMs (and their dispatch) are not element-wise time; a product of the same tensors is.
+    What the probe may count beside the GEMMs (a few tiny checks per call) stays under 5% of
+    their wall time; counting the GEMMs would count nearly all of it. The least of three runs,
+    so that one descheduled check on a loaded host does not decide it."""
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    shares = []
+    for _ in range(3):
+        start = time.perf_counter()
+        gemm_only, _ = elementwise_seconds(lambda: [a @ b for _ in range(20)])
+        shares.append(gemm_only / (time.perf_counter() - start))
+    assert min(shares) < 0.05  # what is left: conjugation checks, no arithmetic
     mul_only, optimizer = elementwise_seconds(lambda: [a * b for _ in range(20)])
-    assert gemm_only < 0.02 * gemm_wall  # what is left: conjugation checks, no arithmetic
     assert mul_only > 0.0 and optimizer == 0.0
 
 
