@@ -17,6 +17,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from tspbench.sweep.store import load
+
 STUDY = Path("results/cpu_reference")
 OUT = Path("results/timeline_check/host_drift.json")
 
@@ -34,8 +36,9 @@ def records_at(rev: str) -> dict[str, dict]:
 
 
 def records_in(folder: Path) -> dict[str, dict]:
-    out = {p.parent.name: json.loads(p.read_text()) for p in folder.glob("*/result.json")}
-    return {k: r for k, r in out.items() if r.get("status") == "completed"}
+    """run id -> record of the completed points of an experiment folder (tspbench.sweep.store)."""
+    frame = load(folder)
+    return frame[frame["status"] == "completed"].set_index("run_id").to_dict("index")
 
 
 def median_error(records: dict[str, dict], field: str, signed: bool = False) -> float:

@@ -41,9 +41,7 @@ def zigzag_unshard(stacked: Tensor, dim: int) -> Tensor:
     """
     if stacked.shape[0] == 1:
         return stacked[0]
-    if torch.is_grad_enabled() and stacked.requires_grad:
-        return _ZigzagUnshard.apply(stacked, dim)
-    return _unshard(stacked, dim)
+    return _ZigzagUnshard.apply(stacked, dim)  # without autograd: its forward alone
 
 
 def zigzag_stack(full: Tensor, parts: int, dim: int) -> Tensor:
