@@ -197,7 +197,8 @@ def host_drift() -> str:
     return (
         f"the {' and '.join(x.upper() for x in d['strategies'])} points of cpu_reference took "
         f"{d['median_ratio']:.2f}x the time of their previous "
-        f"measurement (median of {d['points']}; their code unchanged between the two). Priced on the profile "
+        f"measurement (median of {d['points']}; their code unchanged between the two; tools/host_drift.py). "
+        "Priced on the profile "
         "calibrated before this run, the timeline's median absolute error on cpu_reference was "
         f"{pct(d['previous_profile_errors']['timeline'], False)} and the analytic model's "
         f"{pct(d['previous_profile_errors']['analytic'], False)} (median signed errors "
