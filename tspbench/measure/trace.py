@@ -202,7 +202,7 @@ class StepRecorder(TorchDispatchMode):
         name = func.overloadpacket.__name__
         cols: dict[str, Any] = {"cls": cls, "sig": self._sig(tensors, outputs)}
         if cls != VIEW:
-            cols["nbytes"] = sum(_nbytes(t) for t in tensors) + sum(_nbytes(t) for t in outputs)
+            cols["nbytes"] = _moved(func, args, tensors, outputs)
             formula = flop_registry.get(func._overloadpacket)
             if formula is not None:
                 cols["flops"] = formula(*args, **kwargs, out_val=out)
@@ -253,6 +253,21 @@ class StepRecorder(TorchDispatchMode):
 
 def _nbytes(t: Tensor) -> int:
     return t.numel() * t.element_size()
+
+
+OVERWRITES = frozenset({"copy_", "_foreach_copy_", "fill_", "zero_"})  # write a destination unread
+
+
+def _moved(func, args: tuple, tensors: list[Tensor], outputs: list[Tensor]) -> int:
+    """Bytes an op reads and writes: its tensor arguments (not the destination an overwrite
+    does not read), its outputs, and the arguments it writes without returning them (fused
+    AdamW, ``_foreach_*_``)."""
+    written = _written(func, args)
+    unread = {id(t) for t in written} if func.overloadpacket.__name__ in OVERWRITES else set()
+    returned = {id(t) for t in outputs}
+    reads = [t for t in tensors if id(t) not in unread]
+    writes = outputs + [t for t in written if id(t) not in returned]
+    return sum(_nbytes(t) for t in reads + writes)
 
 
 def _written(func, args: tuple) -> list[Tensor]:

@@ -58,9 +58,12 @@ class MasterAdamW:
         for p, master in zip(self.params, self.master_params, strict=True):
             if p.grad is None:
                 continue
-            state = self.state.setdefault(
-                master, {"exp_avg": torch.zeros_like(master), "exp_avg_sq": torch.zeros_like(master)}
-            )
+            if master not in self.state:  # once (a setdefault default is built, and zeroed, every step)
+                self.state[master] = {
+                    "exp_avg": torch.zeros_like(master),
+                    "exp_avg_sq": torch.zeros_like(master),
+                }
+            state = self.state[master]
             grad = p.grad.float()
             state["exp_avg"].lerp_(grad, 1 - b1)
             state["exp_avg_sq"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
