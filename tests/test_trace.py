@@ -3,12 +3,15 @@ element-wise ops by them), and what the optimizer every strategy runs moves per 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tspbench.core.trace import COMPUTE
+from tspbench.measure.simulated_gpu import simulated_gpu
 from tspbench.measure.trace import StepRecorder
-from tspbench.model.optim import MasterAdamW
+from tspbench.model.optim import MasterAdamW, build_optimizer, step_bytes_per_element
 
 N = 1000  # elements per tensor
 
@@ -55,3 +58,39 @@ def test_master_adamw_moves_96_bytes_a_bfloat16_parameter_once_its_state_exists(
     counted = recorded(opt.step)
     assert "zeros_like" not in counted and "zero_" not in counted
     assert sum(counted.values()) == 96 * N
+
+
+@pytest.mark.parametrize(
+    ("dtype", "device"),
+    [(torch.bfloat16, "cpu"), (torch.float32, "cpu"), (torch.float64, "cpu"), (torch.float32, "cuda")],
+)
+def test_the_time_model_charges_the_optimizer_what_its_step_moves(dtype: torch.dtype, device: str) -> None:
+    """Per element, the bytes the time model prices equal what the implementation build_optimizer
+    picks (fused on a simulated GPU, per parameter on the CPU) was recorded moving: the step of a
+    2N-element parameter less that of an N-element one (which leaves out the step counter)."""
+
+    def step_bytes(numel: int) -> int:
+        with FakeTensorMode(), simulated_gpu(device):
+            p = nn.Parameter(torch.ones(numel, dtype=dtype, device=device))
+            opt = build_optimizer([p], dtype)
+            p.grad = torch.ones_like(p)
+            opt.step()
+            p.grad = torch.ones_like(p)
+            return sum(recorded(opt.step).values())
+
+    size = torch.tensor([], dtype=dtype).element_size()
+    assert step_bytes(2 * N) - step_bytes(N) == N * step_bytes_per_element(size, device == "cuda")
+
+
+def test_fsdp2s_copy_in_counts_the_shards_it_copies_not_the_whole_gather_buffer() -> None:
+    """all_gather_copy_in copies the rank's shards into its slot of the all-gather buffer (and
+    returns the slot and the buffer): at world 4 it reads and writes the shards, a quarter of
+    the buffer, once each."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives  # noqa: F401 (registers the op)
+
+    shards = [torch.ones(N, dtype=torch.bfloat16), torch.ones(N, dtype=torch.bfloat16)]
+    buffer = torch.empty(4 * 2 * N, dtype=torch.bfloat16)
+    copy_in = torch.ops.fsdp.all_gather_copy_in
+    assert recorded(lambda: copy_in(shards, buffer, [N, N], 2 * N, 1)) == {
+        "all_gather_copy_in": 2 * 2 * 2 * N
+    }

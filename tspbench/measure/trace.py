@@ -256,12 +256,16 @@ def _nbytes(t: Tensor) -> int:
 
 
 OVERWRITES = frozenset({"copy_", "_foreach_copy_", "fill_", "zero_"})  # write a destination unread
+# Copy their first argument's tensors into a slot of a buffer they take and return whole.
+SLOT_COPIES = frozenset({"all_gather_copy_in"})  # FSDP2: the shards into the all-gather input
 
 
 def _moved(func, args: tuple, tensors: list[Tensor], outputs: list[Tensor]) -> int:
     """Bytes an op reads and writes: its tensor arguments (not the destination an overwrite
     does not read), its outputs, and the arguments it writes without returning them (fused
-    AdamW, ``_foreach_*_``)."""
+    AdamW, ``_foreach_*_``); a slot copy reads and writes its inputs' size, not its buffer's."""
+    if func.overloadpacket.__name__ in SLOT_COPIES:
+        return 2 * sum(_nbytes(t) for t in tree_leaves(args[0]) if isinstance(t, Tensor))
     written = _written(func, args)
     unread = {id(t) for t in written} if func.overloadpacket.__name__ in OVERWRITES else set()
     returned = {id(t) for t in outputs}
