@@ -34,6 +34,12 @@ def test_an_op_counts_what_it_reads_and_what_it_writes() -> None:
     assert recorded(lambda: a.mul_(2.0)) == {"mul_": 2 * 4 * N}  # reads a, writes a
 
 
+def test_a_fill_writes_its_output_and_reads_nothing() -> None:
+    a = torch.ones(N)
+    assert recorded(lambda: torch.zeros_like(a)) == {"zeros_like": 4 * N}
+    assert recorded(lambda: a.new_zeros(2 * N)) == {"new_zeros": 2 * 4 * N}
+
+
 def test_an_op_that_writes_its_arguments_without_returning_them_counts_the_writes() -> None:
     xs = [torch.ones(N), torch.ones(N)]
     ys = [torch.ones(N), torch.ones(N)]

@@ -260,14 +260,22 @@ OVERWRITES = frozenset({"copy_", "_foreach_copy_", "fill_", "zero_"})  # write a
 SLOT_COPIES = frozenset({"all_gather_copy_in"})  # FSDP2: the shards into the all-gather input
 
 
+# Read only their argument's shape and dtype: what they move is what they write.
+FILLS = frozenset({"zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full"})
+
+
 def _moved(func, args: tuple, tensors: list[Tensor], outputs: list[Tensor]) -> int:
     """Bytes an op reads and writes: its tensor arguments (not the destination an overwrite
-    does not read), its outputs, and the arguments it writes without returning them (fused
-    AdamW, ``_foreach_*_``); a slot copy reads and writes its inputs' size, not its buffer's."""
-    if func.overloadpacket.__name__ in SLOT_COPIES:
+    does not read, nor the template of a fill), its outputs, and the arguments it writes
+    without returning them (fused AdamW, ``_foreach_*_``); a slot copy reads and writes its
+    inputs' size, not its buffer's."""
+    name = func.overloadpacket.__name__
+    if name in SLOT_COPIES:
         return 2 * sum(_nbytes(t) for t in tree_leaves(args[0]) if isinstance(t, Tensor))
+    if name in FILLS:
+        return sum(_nbytes(t) for t in outputs)
     written = _written(func, args)
-    unread = {id(t) for t in written} if func.overloadpacket.__name__ in OVERWRITES else set()
+    unread = {id(t) for t in written} if name in OVERWRITES else set()
     returned = {id(t) for t in outputs}
     reads = [t for t in tensors if id(t) not in unread]
     writes = outputs + [t for t in written if id(t) not in returned]
