@@ -168,7 +168,9 @@ class FullyShardedDataParallel(Strategy):
 
     def traffic(self) -> list[Traffic]:
         """Nothing hides the root's gather at the start of the step; every later gather and
-        reduction runs beside compute (FSDP prefetches on GPUs)."""
+        reduction runs beside compute (FSDP prefetches on GPUs). In backward a block's gather
+        (the next one, prefetched) and reduce-scatter (the one before) are in flight together
+        while it runs: the window "fsdp block"."""
         ax, d, L = (self.shard_axis,), self.mesh.size(self.shard_axis), self.config.n_layers
         block, root = self.group_sizes()
         g, r = self.gather_bytes, self.reduce_bytes
@@ -178,13 +180,37 @@ class FullyShardedDataParallel(Strategy):
         ]
         if self.workload.mode == "train":
             out += [
-                Traffic("all_gather", ax, block * g, L, "backward", "model", hidden=True),
-                Traffic("reduce_scatter", ax, block * r, L, "backward", "model", hidden=True),
+                Traffic(
+                    "all_gather", ax, block * g, L, "backward", "model", hidden=True, window="fsdp block"
+                ),
+                Traffic(
+                    "reduce_scatter", ax, block * r, L, "backward", "model", hidden=True, window="fsdp block"
+                ),
                 Traffic("reduce_scatter", ax, root * r, 1, "backward", "model", hidden=True),
                 Traffic("all_reduce", ("dp",), block * r // d, L, "backward", "model", hidden=True),
                 Traffic("all_reduce", ("dp",), root * r // d, 1, "backward", "model", hidden=True),
             ]
         return out
+
+    def elementwise_extra_bytes(self) -> int:
+        """FSDP2's copies around its collectives. Per gather of P parameters: the shard cast to
+        the gather dtype (under the low-precision policy), copied into its slot of the gather
+        buffer (2g P / D) and copied out into the parameters (2g P); per reduce-scatter, the
+        gradients copied into its input (g + r) P. A training step gathers every block twice and
+        the root once, and reduces each once."""
+        d = self.mesh.size(self.shard_axis)
+        if d == 1:
+            return 0
+        block, root = self.group_sizes()
+        g, r = self.gather_bytes, self.reduce_bytes
+        cast = (r + g) if self.low_precision else 0
+
+        def gather(p: int) -> int:
+            return (cast + 2 * g) * p // d + 2 * g * p
+
+        L, train = self.config.n_layers, self.workload.mode == "train"
+        gathers = (2 if train else 1) * L * gather(block) + gather(root)
+        return gathers + ((g + r) * (L * block + root) if train else 0)
 
     def decode_traffic(self) -> list[Traffic]:
         """One decode step: the root's gather and every block's (as a prefill)."""
@@ -222,12 +248,20 @@ class FullyShardedDataParallel(Strategy):
             prefill_head=terms.prefill_head + block * g,
         )
 
+    @property
+    def param_element_size(self) -> int:
+        """The shards are float32 under bfloat16 (reduce_bytes)."""
+        return self.reduce_bytes
+
     def predict_memory(self, terms: ActivationTerms | None = None) -> MemoryPrediction:
         """Parameters, gradients and optimizer state are the float32 shards under bfloat16."""
-        elt = self.reduce_bytes
+        elt = self.param_element_size
         params = {n: math.prod(shape) * elt for n, (shape, _) in self.local_parameters().items()}
         terms = terms or self.activation_terms()
         return predict_memory(terms, params, self.workload.mode, self.workload.recompute, elt)
+
+
+BLOCK_WINDOW = "fsdp block"  # a block's backward: its gather (the next, prefetched) and reduce-scatter
 
 
 def _to_float32(model: nn.Module) -> None:

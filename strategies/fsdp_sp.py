@@ -14,9 +14,12 @@ Decode: each step FSDP's gathers and, per layer, sp's query all-gather and parti
 
 from __future__ import annotations
 
-from tspbench.strategies.fsdp import FullyShardedDataParallel
-from tspbench.strategies.sp import kv_gather_traffic
+from dataclasses import replace
 
+from tspbench.strategies.fsdp import BLOCK_WINDOW, FullyShardedDataParallel
+from tspbench.strategies.sp import kv_gather_traffic, zigzag_extra_bytes
+
+from tspbench.costs.flops import ForwardFlops
 from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
@@ -39,7 +42,21 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
             layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
-        return super().traffic() + kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+        """FSDP's and the K/V gathers. A K/V gather recomputed in backward waits on the link
+        behind the block's FSDP transfers (window "fsdp block", issued as its backward begins),
+        which run first under the compute before it: the recomputed q, k, v projections (full),
+        or the MLP's and the output projection's backward (selective)."""
+        kv = kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+        f, s = ForwardFlops.of(self.shapes()), self.shapes()
+        qkv = f.attn_gemm * (s.q + 2 * s.kv) / (2 * s.q + 2 * s.kv)
+        before = qkv if self.workload.recompute == "full" else 2 * f.mlp_gemm + 2 * (f.attn_gemm - qkv)
+        queued = [
+            replace(t, queue=BLOCK_WINDOW, queue_flops=before) if t.op == "all_gather" else t for t in kv
+        ]
+        return super().traffic() + queued
+
+    def elementwise_extra_bytes(self) -> int:
+        return super().elementwise_extra_bytes() + zigzag_extra_bytes(self)
 
     def decode_traffic(self) -> list[Traffic]:
         """FSDP's gathers of one step and the sharded-cache attention over sp (tspbench.dist.decode)."""

@@ -16,6 +16,7 @@ their owners (all-to-all) and merged by log-sum-exp.
 
 from __future__ import annotations
 
+from tspbench.costs.elementwise import recomputed_forwards, zigzag_attention_bytes
 from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
@@ -33,6 +34,15 @@ def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traf
     return out
 
 
+def zigzag_extra_bytes(strategy: Strategy) -> int:
+    """Element-wise bytes the zigzag attention core adds over a step's layers (its forward runs
+    again in backward under recomputation; no backward in a forward)."""
+    w = strategy.workload
+    forward, backward = zigzag_attention_bytes(strategy.shapes())
+    backward = backward if w.mode == "train" else 0
+    return strategy.config.n_layers * (recomputed_forwards(w.mode, w.recompute) * forward + backward)
+
+
 @register
 class SequenceParallel(Strategy):
     name = "sp"
@@ -47,6 +57,9 @@ class SequenceParallel(Strategy):
 
     def traffic(self) -> list[Traffic]:
         return kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+
+    def elementwise_extra_bytes(self) -> int:
+        return zigzag_extra_bytes(self)
 
     def decode_traffic(self) -> list[Traffic]:
         return self.query_traffic("sp", self.config.n_heads, self.config.n_layers)

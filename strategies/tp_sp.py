@@ -12,7 +12,7 @@ of the local n/T heads over sp (tspbench.dist.decode).
 
 from __future__ import annotations
 
-from tspbench.strategies.sp import kv_gather_traffic
+from tspbench.strategies.sp import kv_gather_traffic, zigzag_extra_bytes
 from tspbench.strategies.tp import TensorParallel
 
 from tspbench.dist.decode import ShardedDecodeAttention
@@ -38,6 +38,9 @@ class TensorSequenceParallel(TensorParallel):
     def traffic(self) -> list[Traffic]:
         kv_heads = self.config.n_kv_heads // self.mesh.size("tp")
         return super().traffic() + kv_gather_traffic(self, "sp", kv_heads)
+
+    def elementwise_extra_bytes(self) -> int:
+        return super().elementwise_extra_bytes() + zigzag_extra_bytes(self)
 
     def decode_traffic(self) -> list[Traffic]:
         heads = self.config.n_heads // self.mesh.size("tp")

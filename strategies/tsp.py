@@ -26,6 +26,7 @@ from __future__ import annotations
 from tspbench.strategies.tsp_attention import AttentionSpec, Prefetch, TSPAttention
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
+from tspbench.costs.elementwise import tsp_block_bytes, tsp_ends_bytes, tsp_prefill_ends_bytes
 from tspbench.costs.flops import FlopTerms, ForwardFlops
 from tspbench.costs.memory import ActivationTerms, autograd_terms
 from tspbench.model.transformer import Transformer
@@ -114,6 +115,19 @@ class FoldedParallel(Strategy):
         block of the same shapes (the rank's tokens, every head block and MLP shard)."""
         return autograd_terms(self.shapes()).saved_layer["none"]
 
+    def elementwise_extra_bytes(self) -> int:
+        """What TSP's own code moves beyond the model's operators (tsp_attention.py, tsp_ring.py):
+        per layer, tspbench.costs.elementwise.tsp_block_bytes (run again under full
+        recomputation), and once per step tsp_ends_bytes (the ring embedding and loss; a forward:
+        tsp_prefill_ends_bytes)."""
+        s, w = self.shapes(), self.workload
+        forward, backward = tsp_block_bytes(s)
+        head_f, head_b = tsp_ends_bytes(s)
+        if w.mode != "train":
+            return s.layers * forward + tsp_prefill_ends_bytes(s)
+        forwards = 2 if w.recompute == "full" else 1
+        return s.layers * (forwards * forward + backward) + head_f + head_b
+
     def flop_terms(self) -> FlopTerms:
         """Every rank projects its own tokens with every shard (whole widths, local tokens).
         Backward: GEMMs 2x forward, the attention core recomputed then differentiated (1 + 2.5
@@ -153,7 +167,9 @@ class FoldedParallel(Strategy):
         and attention core; backward 2x the projections, 3.5x the core), a ring shift and its
         accumulator behind the GEMMs of the shard in hand (backward 2x; the LM head's 3x, as it
         recomputes its logits), the embedding's shifts behind nothing (lookups only). The transfers
-        of one window in backward (a shard's weights and its gradients) share the link."""
+        of one window in backward (a shard's weights and its gradients) share the link. A head
+        block's K/V gather waits behind its window's transfers on the link: in forward after its
+        q, k, v projections, in backward at once (it is the block's first op)."""
         cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
         train = self.workload.mode == "train"
         attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
@@ -163,6 +179,7 @@ class FoldedParallel(Strategy):
         f = ForwardFlops.of(self.shapes())
         head_block, mlp_step, head_step = (f.attn_gemm + f.core) / d, f.mlp_gemm / d, f.head / d
         block_back = (2 * f.attn_gemm + 3.5 * f.core) / d
+        qkv = f.attn_gemm * (cfg.hidden + 2 * cfg.kv_hidden) / (2 * cfg.hidden + 2 * cfg.kv_hidden) / d
         ax = ("tsp",)
 
         def hides(
@@ -173,7 +190,7 @@ class FoldedParallel(Strategy):
 
         out = [
             hides("broadcast", attn_shard, d * L, head_block, "head block", "forward"),
-            Traffic("all_gather", ax, kv, d * L, "forward", "block"),
+            Traffic("all_gather", ax, kv, d * L, "forward", "block", queue="head block", queue_flops=qkv),
             hides("send_recv", mlp_shard, (d - 1) * L, mlp_step, "mlp shard", "forward"),
             hides("send_recv", vocab_shard, d - 1, 0.0, "embedding", "forward"),
             hides("send_recv", vocab_shard, d - 1, head_step, "head", "forward"),
@@ -183,7 +200,7 @@ class FoldedParallel(Strategy):
             out += [
                 hides("broadcast", attn_shard, prefetched, head_block, "prefetch", "forward"),
                 hides("broadcast", attn_shard, d * L - prefetched, block_back, "head block"),
-                Traffic("all_gather", ax, kv, d * L, "backward"),
+                Traffic("all_gather", ax, kv, d * L, "backward", queue="head block"),
                 Traffic("reduce_scatter", ax, kv, d * L, "backward"),
                 hides("reduce", attn_shard, d * L, block_back, "head block", channel=0),  # weight gradients
                 hides("send_recv", mlp_shard, (d - 1) * L, 2 * mlp_step, "mlp shard"),

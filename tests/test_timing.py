@@ -22,6 +22,7 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.mesh import Mesh
 from tspbench.measure.calibrate import calibrate
 from tspbench.measure.probes import Rate, elementwise_seconds, link_figures
+from tspbench.model.transformer import Transformer
 from tspbench.strategy import check_layout
 from tspbench.strategy.traffic import Traffic
 
@@ -182,10 +183,32 @@ def test_transfers_that_share_a_window_add_up_before_it_hides_them() -> None:
     assert comm_seconds(mesh, forward, BASE) == pytest.approx((0.0, 20 * call))
 
 
+def test_a_blocking_call_queued_behind_a_window_waits_for_what_its_transfers_still_hold() -> None:
+    """A window's transfers (2 calls long together per occurrence, 10 occurrences) issued before
+    a blocking gather, with 0.5 calls of compute between them: the gather waits 1.5 calls each
+    time. Where the window's own compute (1.5 calls) already exposes 0.5 of them, the gather
+    waits the other 1: the two do not count the same link time twice. Unbounded windows (FSDP's)
+    expose nothing of their own; another phase's window holds nothing back."""
+    mesh = Mesh({"tsp": 2}, create=False)
+    shift = Traffic("send_recv", ("tsp",), 2**26, 10, "backward", hidden=True, window="block")
+    call = comm_seconds(mesh, [shift], BASE)[1] / 10
+    flops = call * BASE.gemm_tflops * 1e12  # one call's time of compute
+    pair = [shift, replace(shift, channel=1)]
+    gather = Traffic("all_gather", ("tsp",), 2**20, 10, "backward", queue="block", queue_flops=0.5 * flops)
+    alone = comm_seconds(mesh, [gather], BASE)[0]
+    assert comm_seconds(mesh, [*pair, gather], BASE) == pytest.approx((alone + 10 * 1.5 * call, 20 * call))
+    bounded = [replace(t, window_flops=1.5 * flops) for t in pair]
+    exposed, hidden = comm_seconds(mesh, [*bounded, gather], BASE)
+    assert (exposed, hidden) == pytest.approx((alone + 10 * 0.5 * call + 10 * 1.0 * call, 10 * 1.5 * call))
+    elsewhere = replace(gather, phase="forward")
+    assert comm_seconds(mesh, [*pair, elsewhere], BASE)[0] == pytest.approx(alone)
+
+
 def test_element_wise_time_follows_the_profiles_passes() -> None:
     """Doubling every pass doubles the element-wise seconds and nothing else; a forward has no
     optimizer term, so only its own pass count moves it."""
-    base = predict(Layout("tp", tp=2), SMALL, BASE).time
+    measured = replace(BASE, elementwise_passes={"train": 12.0, "infer": 4.0, "optimizer": 12.0})
+    base = predict(Layout("tp", tp=2), SMALL, measured).time
     doubled = predict(
         Layout("tp", tp=2),
         SMALL,
@@ -194,9 +217,41 @@ def test_element_wise_time_follows_the_profiles_passes() -> None:
     assert doubled.elementwise_s == pytest.approx(2 * base.elementwise_s)
     assert (doubled.gemm_s, doubled.attention_s) == (base.gemm_s, base.attention_s)
     infer = replace(SMALL, mode="infer")
-    fwd = predict(Layout("tp", tp=2), infer, BASE).time
+    fwd = predict(Layout("tp", tp=2), infer, measured).time
     other = replace(BASE, elementwise_passes={"train": 1.0, "infer": 4.0, "optimizer": 1.0})
     assert predict(Layout("tp", tp=2), infer, other).time.elementwise_s == pytest.approx(fwd.elementwise_s)
+
+
+def test_a_fully_recomputed_step_adds_a_forwards_element_wise_passes() -> None:
+    """Recomputing every block runs its forward again: at train 12 + forward 4 passes it moves
+    what a step without recomputation moves at train 16."""
+    passes = replace(BASE, elementwise_passes={"train": 12.0, "infer": 4.0})
+    full = predict(Layout("tp", tp=2), replace(SMALL, recompute="full"), passes).time
+    sixteen = replace(BASE, elementwise_passes={"train": 16.0, "infer": 4.0})
+    assert full.elementwise_s == pytest.approx(predict(Layout("tp", tp=2), SMALL, sixteen).time.elementwise_s)
+
+
+@pytest.mark.parametrize(("strategy", "element_bytes"), [("dp", 96), ("fsdp", 8 * 4)])
+def test_without_measured_passes_the_optimizer_costs_what_its_step_moves(
+    strategy: str, element_bytes: int
+) -> None:
+    """On a GPU in bfloat16, AdamW on float32 master copies moves 96 B a parameter (kernels
+    listed in tspbench.model.optim and recorded in tests/test_trace.py), FSDP2's fused AdamW on
+    its float32 shards 8 x 4 B; a profile that measured 1 pass over the parameter bytes instead
+    moves 2 B (bfloat16) or 4 B (float32) a parameter."""
+    workload = replace(SMALL, dtype="bfloat16", device="cuda")
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in Transformer(workload.model).parameters())
+    counted = replace(BASE, elementwise_passes={"train": 12.0, "infer": 4.0})
+    one_pass = replace(BASE, elementwise_passes={"train": 12.0, "infer": 4.0, "optimizer": 1.0})
+    layout = Layout(strategy, **{strategy: 1})
+    diff = (
+        predict(layout, workload, counted).time.elementwise_s
+        - predict(layout, workload, one_pass).time.elementwise_s
+    )
+    held = 2 if strategy == "dp" else 4
+    bandwidth = BASE.hbm_bandwidth_gbs * 1e9
+    assert diff == pytest.approx(n_params * (element_bytes - held) / bandwidth, rel=1e-9)
 
 
 def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
@@ -258,7 +313,7 @@ def test_calibrate_writes_a_profile_predict_accepts(tmp_path: Path) -> None:
     for key in ("gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",
                 "elementwise_passes"):  # fmt: skip
         assert hw.source_of(key).startswith("measured:"), key
-    assert set(hw.elementwise_passes) == {"train", "infer", "optimizer"}
+    assert set(hw.elementwise_passes) == {"train", "infer", "optimizer"}  # measured, all three
     assert all(v > 0 for v in hw.elementwise_passes.values())
     assert hw.source_of("inter_node_bandwidth_gbs").startswith("assumed:")
     for key in ("attention_causal_by_size", "attention_by_size", "attention_contention"):

@@ -26,9 +26,13 @@ from tspbench.core.errors import HardwareError
 from tspbench.core.yamlfile import read_yaml
 
 SHIPPED = Path(__file__).parent / "profiles"
-# Passes of element-wise traffic a step makes (tspbench.analytic.timing): over the activations a
-# block computes, per layer, in a training step and a forward; over the parameter bytes, AdamW's.
-ASSUMED_PASSES = {"train": 12.0, "infer": 4.0, "optimizer": 12.0}
+# Passes of element-wise traffic a step makes, for a profile that measured (calibrate) or fitted
+# (backtest --fit) them (tspbench.analytic.timing): over the activations a block computes, per
+# layer, in a training step and a forward; over the parameter bytes, AdamW's. A key such a
+# profile leaves out takes the number below (the optimizer: what its code moves); a profile with
+# none counts every byte from the code instead (tspbench.costs.elementwise).
+ASSUMED_PASSES = {"train": 12.0, "infer": 4.0}
+PASS_KEYS = ("train", "infer", "optimizer")
 RATES = (
     "peak_tflops", "gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",
     "intra_node_bandwidth_gbs", "intra_node_latency_us", "inter_node_bandwidth_gbs", "inter_node_latency_us",
@@ -82,7 +86,7 @@ class Hardware:
     # compute that overlaps a collective on the rank's link is slowed by this fraction of the overlap
     # (timeline); None: 1 - overlap_efficiency (on CPU the transfer needs the cores the compute has)
     comm_compute_slowdown: float | None = None
-    elementwise_passes: dict[str, float] = field(default_factory=lambda: dict(ASSUMED_PASSES))
+    elementwise_passes: dict[str, float] = field(default_factory=dict)  # measured or fitted; empty: counted
     # What the caching allocator reserves beyond the peak of allocated memory, as a fraction of
     # it: the fake world and the model give allocated (live tensors); published runs often give
     # reserved (torchtitan logs max_reserved). 0: the profile assumes nothing is added.
@@ -333,12 +337,12 @@ def _sync_table(entry: Any) -> dict[int, dict[float, float]]:
 
 
 def _passes(entry: Any) -> dict[str, float]:
-    if not isinstance(entry, dict) or set(entry) - set(ASSUMED_PASSES):
+    if not isinstance(entry, dict) or set(entry) - set(PASS_KEYS):
         raise _BadField(
-            f"elementwise_passes: expected a mapping with keys among {sorted(ASSUMED_PASSES)}, got {entry!r}"
+            f"elementwise_passes: expected a mapping with keys among {sorted(PASS_KEYS)}, got {entry!r}"
         )
     given = {str(k): _number(f"elementwise_passes.{k}", v, positive=True) for k, v in entry.items()}
-    return ASSUMED_PASSES | given
+    return given
 
 
 def _number(key: str, value: Any, positive: bool) -> float:

@@ -20,6 +20,7 @@ from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.timing import StepTime, step_time
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
+from tspbench.costs.elementwise import ElementwiseWork
 from tspbench.costs.flops import FlopTerms, mfu, model_flops_per_step
 from tspbench.costs.memory import MemoryPrediction
 from tspbench.dist.comm import summarize
@@ -126,9 +127,10 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     comm = [sized.record(t) for t in traffic if sized.mesh.size(*t.axes) > 1]
     flops = sized.flop_terms()
     params = memory.persistent["parameters"]
-    time = step_time(
-        layout, workload, hw, flops, sized.mesh, traffic, sized.elementwise_layer_bytes(), params
+    work = ElementwiseWork(
+        sized.elementwise_step_bytes(), sized.elementwise_layer_bytes(), params, sized.param_element_size
     )
+    time = step_time(layout, workload, hw, flops, sized.mesh, traffic, work)
     model_flops = model_flops_per_step(
         workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.mode
     )

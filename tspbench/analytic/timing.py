@@ -34,24 +34,29 @@ measured overlap efficiency: the fraction of hidden traffic that truly runs unde
 CPU host whose cores are all busy computing, gloo's transfers cannot run anywhere else).
 
 Element-wise bytes: every op that is not a GEMM or attention (norms, RoPE, the gated product,
-residual adds, copies) moves some passes over the activations a block computes, per layer
-(Strategy.elementwise_layer_bytes: what autograd would save of them; TSP saves fewer, as its
-backward recomputes, but computes the same as an SP rank of its degree), and AdamW some passes
-over the parameter bytes: the profile's ``elementwise_passes``. ``calibrate`` measures them on
-a single-device step of the model (the element-wise ops' time at the measured bandwidth, as
-passes); a datasheet profile assumes 12 (train), 4 (forward) and 12 (AdamW). They are the same
-for every strategy: no strategy has a factor of its own.
+residual adds, copies, the loss, AdamW). A datasheet profile counts them from the code the step
+runs: the model's operators in the strategy's per-rank shapes and what the strategy's own code
+adds (Strategy.elementwise_step_bytes, tspbench.costs.elementwise), and what the optimizer's
+implementation moves per parameter (tspbench.model.optim.step_bytes_per_element). A profile that
+measured them (``calibrate``, on a CPU: the element-wise ops' time of a single-device step at
+the measured bandwidth) or fitted them (``backtest --fit``) gives ``elementwise_passes`` instead:
+passes over the activations a block computes (Strategy.elementwise_layer_bytes), per layer,
+one forward's more under full recomputation, and over the parameter bytes for AdamW (counted
+when the profile gives no optimizer passes). Not counted: the per-kernel launch cost the timeline
+adds (``op_overhead_us``): the closed form has no kernel count.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.hardware import ASSUMED_PASSES, Hardware
 from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.spec import Layout, Workload
+from tspbench.costs.elementwise import ElementwiseWork
 from tspbench.costs.flops import FlopTerms
 from tspbench.dist.mesh import Mesh
+from tspbench.model.optim import step_bytes_per_element
 from tspbench.strategy.traffic import Traffic
 
 
@@ -123,9 +128,13 @@ def crosses_nodes(mesh: Mesh, t: Traffic, gpus_per_node: int) -> bool:
 def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float = 1.0) -> tuple[float, float]:
     """(exposed, hidden) seconds of the step's collectives. Hidden calls with a window hide at
     most its GEMM seconds (at the rank's ``share`` of its device); the calls that share a named
-    window (same phase) take turns on the link, so their times add before the window hides them."""
+    window (same phase) take turns on the link, so their times add before the window hides them.
+    A blocking call queued behind a window waits for what its transfers still hold of the link
+    when it is issued, beyond what the window already exposes."""
     exposed = hidden = 0.0
+    rate = hw.step_gemm_rate * 1e12 * share
     windows: dict[tuple, list[tuple[Traffic, float]]] = {}
+    queued: list[tuple[Traffic, float]] = []
     for t in traffic:
         n = mesh.size(*t.axes)
         if n == 1 or not t.count:
@@ -135,17 +144,34 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
         call = latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth
         if not t.hidden:
             exposed += t.count * call
-        elif t.window_flops is None:
+            queued += [(t, call)] if t.queue else []
+            continue
+        if t.window_flops is None:
             hidden += t.count * call
-        else:
-            windows.setdefault((t.phase, t.window or id(t)), []).append((t, call))
-    for calls in windows.values():
-        count = max(t.count for t, _ in calls)  # the window's occurrences
-        per_window = sum(t.count * call for t, call in calls) / count
-        window = max(t.window_flops or 0.0 for t, _ in calls) / (hw.step_gemm_rate * 1e12) / share
-        hidden += count * min(per_window, window)
-        exposed += count * max(0.0, per_window - window)
+        if t.window:
+            windows.setdefault((t.phase, t.window), []).append((t, call))
+        elif t.window_flops is not None:
+            windows[(t.phase, id(t))] = [(t, call)]
+    spans = {key: window_span(calls, rate) for key, calls in windows.items()}
+    for count, per_window, compute in spans.values():
+        if compute is not None:
+            hidden += count * min(per_window, compute)
+            exposed += count * max(0.0, per_window - compute)
+    for t, _ in queued:
+        if (t.phase, t.queue) in spans:
+            count, per_window, compute = spans[(t.phase, t.queue)]
+            ahead = max(0.0, per_window - t.queue_flops / rate)
+            exposed += min(count, t.count) * (ahead - (max(0.0, per_window - compute) if compute else 0.0))
     return exposed, hidden
+
+
+def window_span(calls: list[tuple[Traffic, float]], rate: float) -> tuple[int, float, float | None]:
+    """(occurrences, seconds of its transfers per occurrence, seconds of compute it hides behind
+    or None where unbounded) of one named window."""
+    count = max(t.count for t, _ in calls)
+    per_window = sum(t.count * call for t, call in calls) / count
+    bounds = [t.window_flops for t, _ in calls if t.window_flops is not None]
+    return count, per_window, (max(bounds) / rate if bounds else None)
 
 
 def sync_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, compute_s: float) -> float:
@@ -161,12 +187,28 @@ def sync_calls(mesh: Mesh, traffic: list[Traffic]) -> int:
     return sum(t.count for t in calls if not t.batched) + len({t.phase for t in calls if t.batched})
 
 
-def elementwise_bytes(workload: Workload, layer_bytes: int, param_bytes: int, hw: Hardware) -> float:
-    """Bytes the step's element-wise ops move (see the module docstring)."""
+def elementwise_bytes(workload: Workload, work: ElementwiseWork, hw: Hardware) -> float:
+    """Bytes the step's element-wise ops move (see the module docstring): counted from the code,
+    or on a profile that measured or fitted its passes, those passes over what a block computes."""
     passes = hw.elementwise_passes
-    activations = passes[workload.mode] * workload.model.n_layers * layer_bytes
-    optimizer = passes["optimizer"] * param_bytes if workload.mode == "train" else 0
-    return float(activations + optimizer)
+    if not passes:
+        return float(work.counted + optimizer_bytes(workload, work, hw))
+    block = passes.get(workload.mode, ASSUMED_PASSES[workload.mode])
+    if workload.mode == "train" and workload.recompute == "full":
+        block += passes.get("infer", ASSUMED_PASSES["infer"])  # each block's forward runs again
+    activations = block * workload.model.n_layers * work.layer
+    return float(activations + optimizer_bytes(workload, work, hw))
+
+
+def optimizer_bytes(workload: Workload, work: ElementwiseWork, hw: Hardware) -> float:
+    """What AdamW's step moves: the profile's passes over the parameter bytes where it measured
+    (or fitted) them, else what the implementation the code picks moves per element."""
+    if workload.mode != "train":
+        return 0.0
+    if "optimizer" in hw.elementwise_passes:
+        return hw.elementwise_passes["optimizer"] * work.params
+    elt = work.param_element_size
+    return float(work.params // elt * step_bytes_per_element(elt, workload.device == "cuda"))
 
 
 def step_time(
@@ -176,13 +218,12 @@ def step_time(
     flops: FlopTerms,
     mesh: Mesh,
     traffic: list[Traffic],
-    layer_bytes: int,
-    param_bytes: int,
+    work: ElementwiseWork,
 ) -> StepTime:
     """The step's time on ``hw`` from a strategy's FLOPs, traffic and sizes."""
     ranks = ranks_per_node(layout, hw)
     share = hw.share(ranks)
-    elementwise = elementwise_bytes(workload, layer_bytes, param_bytes, hw)
+    elementwise = elementwise_bytes(workload, work, hw)
     gemm, attention, other = compute_seconds(flops, elementwise, hw, ranks)
     exposed, hidden = comm_seconds(mesh, traffic, hw, share)
     exposed += sync_seconds(mesh, traffic, hw, gemm + attention + other)

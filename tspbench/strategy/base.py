@@ -23,6 +23,7 @@ from torch.distributed.tensor import DTensor
 from tspbench.core.errors import LayoutError
 from tspbench.core.names import AXES
 from tspbench.core.spec import Layout, Workload
+from tspbench.costs.elementwise import step_bytes
 from tspbench.costs.flops import FlopTerms, autograd_flops
 from tspbench.costs.memory import ActivationTerms, MemoryPrediction, Shapes, autograd_terms, predict_memory
 from tspbench.dist import comm
@@ -176,6 +177,24 @@ class Strategy(Decoding):
         model's element-wise passes (tspbench.analytic.timing): what autograd saves of them
         when nothing is recomputed."""
         return self.activation_terms().saved_layer["none"]
+
+    def elementwise_step_bytes(self) -> int:
+        """Bytes the step's element-wise kernels move on this rank, the optimizer apart: the
+        model's operators in this rank's shapes (tspbench.costs.elementwise) and what the
+        strategy's own code adds."""
+        w, vocab = self.workload, self.vocab_axis
+        vocab_parts = self.mesh.size(vocab) if vocab else 1
+        return step_bytes(self.shapes(), w.mode, w.recompute, vocab_parts) + self.elementwise_extra_bytes()
+
+    def elementwise_extra_bytes(self) -> int:
+        """What this strategy's own code adds to the model's element-wise work (copies,
+        concatenations); nothing by default."""
+        return 0
+
+    @property
+    def param_element_size(self) -> int:
+        """Bytes of an element of the parameters this rank holds and its optimizer steps."""
+        return self.workload.element_size
 
     def flop_terms(self) -> FlopTerms:
         """Hardware FLOPs of one step on this rank (see tspbench.flops)."""

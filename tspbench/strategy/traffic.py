@@ -27,7 +27,11 @@ class Traffic:
     them is exposed; None: it may hide anywhere in the step's compute. ``window`` names it:
     the calls of one phase that name the same window are in flight together, on one link, so
     their times add up before the window's compute hides them (TSP's backward: a head block's
-    weight broadcast and its gradient reduce; a ring shift and its accumulator).
+    weight broadcast and its gradient reduce; a ring shift and its accumulator). A hidden call
+    may name a window without bounding it (``window_flops`` None: FSDP's per-block transfers).
+    ``queue`` (blocking calls): the window, of the same phase and link, whose transfers the
+    schedule issues before this call, which it waits behind on the link; ``queue_flops`` is
+    the compute issued between those transfers and this call (what they get to run under first).
     """
 
     op: str
@@ -41,6 +45,8 @@ class Traffic:
     batched: bool = False
     window_flops: float | None = None
     window: str = ""
+    queue: str = ""
+    queue_flops: float = 0.0
 
 
 RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
