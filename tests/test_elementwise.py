@@ -7,12 +7,15 @@ ops it leaves out (norm statistics [T, 1], index arithmetic) stay under 4% at th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import COMPUTE, ELEMENTWISE, load_traces
+from tspbench.dist.fake_world import FakeWorld
+from tspbench.measure import fake_cuda
 from tspbench.measure.fake import fake_bench
 from tspbench.strategy import check_layout
 
@@ -33,6 +36,13 @@ CASES = [  # (layout, mode, recompute, model)
 ]
 
 
+@pytest.fixture(scope="module")
+def world() -> Iterator[FakeWorld]:
+    """One pool of fake-world workers for every case (a process start each would double the time)."""
+    with FakeWorld(2, fake_cuda.preload_env("cuda")) as pool:
+        yield pool
+
+
 def recorded_bytes(path: Path) -> list[int]:
     """Per executed rank: bytes of its element-wise ops outside the optimizer."""
     traces, _ = load_traces(path)
@@ -47,10 +57,10 @@ def recorded_bytes(path: Path) -> list[int]:
 
 @pytest.mark.parametrize(("layout", "mode", "recompute", "model"), CASES, ids=lambda c: str(c)[:40])
 def test_the_model_counts_the_element_wise_bytes_the_step_records(
-    layout: Layout, mode: str, recompute: str, model: ModelConfig, tmp_path: Path
+    layout: Layout, mode: str, recompute: str, model: ModelConfig, tmp_path: Path, world: FakeWorld
 ) -> None:
     workload = Workload(model, 1, 512, mode, recompute, "bfloat16", "cuda")
-    record = fake_bench(layout, workload, trace_path=tmp_path / "t.npz", hardware="mi300x")
+    record = fake_bench(layout, workload, trace_path=tmp_path / "t.npz", hardware="mi300x", world=world)
     assert record["status"] == "completed", record.get("error")
     counted = check_layout(layout, workload).for_analysis(layout, workload).elementwise_step_bytes()
     assert counted == pytest.approx(max(recorded_bytes(tmp_path / "t.npz")), rel=0.04)

@@ -152,6 +152,42 @@ def step_table() -> str:
     return "\n".join(rows)
 
 
+def timeline_checks_table() -> str:
+    """Issue #21's four checks of the timeline, each with what it requires and what holds here."""
+    ops = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())["rows"]
+    worst = {k: max(abs(r["error"][k]) for r in ops) for k in ("gemm", "attention", "elementwise")}
+    ref, oos = step_errors("cpu_reference"), step_errors("cpu_out_of_sample")
+    right, total = ordered_pairs(ref, "timeline_step_time_s")
+    within = int((ref["timeline"].abs() <= 0.20).sum())
+    ref_holds = within == len(ref) and ref["timeline"].abs().median() <= ref["analytic"].abs().median()
+    oos_within = int((oos["timeline"].abs() <= 0.25).sum())
+    parts = paper_scale_parts()
+    far = int((parts["gap"].abs() > FAR).sum())
+    largest = parts.loc[parts["gap"].abs().idxmax()]
+
+    def holds(ok: bool) -> str:
+        return "yes" if ok else "**no**"
+
+    rows = [
+        "| check | required | here | holds |",
+        "|---|---|---|---|",
+        "| op level: replayed compute by kind against torch.profiler (small, world 4, every strategy, "
+        "2K tokens; results/timeline_check/ops.md) | each kind within 15% | worst GEMM "
+        f"{pct(worst['gemm'], False)}, attention {pct(worst['attention'], False)}, element-wise "
+        f"{pct(worst['elementwise'], False)} | {holds(max(worst.values()) <= 0.15)} |",
+        "| step level: results/cpu_reference | every point within 20%, median at most the analytic "
+        f"model's, pairs more than 15% apart ordered right | {within} of {len(ref)} within 20%; median "
+        f"{ref['timeline'].abs().median():.1%} against {ref['analytic'].abs().median():.1%}; {right} of {total} "
+        f"pairs | {holds(ref_holds and right == total)} |",
+        f"| out of sample: results/cpu_out_of_sample | every point within 25% | {oos_within} of {len(oos)} "
+        f"| {holds(oos_within == len(oos))} |",
+        f"| paper scale: timeline against the analytic model (MI300X, {len(parts)} fake-world points) | "
+        f"every point more than 10% apart explained, the wrong side fixed | {far} more than 10% apart "
+        f"(largest {pct(largest['gap'])}) | {holds(far == 0)} |",
+    ]
+    return "\n".join(rows)
+
+
 def repeat_spread() -> str:
     """How far apart two measurements of the same point are on this host: TSP 4 in cpu_reference
     and in tsp_vs_fsdp_sp_cpu (the same settings, measured in separate runs)."""
@@ -870,6 +906,7 @@ VALUES: dict[str, Callable[[], str]] = {
     "fields_table": markdown_table,
     "ops_table": ops_table,
     "step_table": step_table,
+    "timeline_checks_table": timeline_checks_table,
     "step_notes": step_notes,
     "repeat_spread": repeat_spread,
     "paper_scale_table": paper_scale_table,
