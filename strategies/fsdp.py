@@ -56,6 +56,9 @@ def missing_fsdp2_api() -> list[str]:
     return missing + [f"FSDPModule.{m}" for m in FSDP2_METHODS if module and not hasattr(module, m)]
 
 
+BLOCK_WINDOW = "fsdp block"  # a block's backward: its gather (the next, prefetched) and reduce-scatter
+
+
 @register
 class FullyShardedDataParallel(Strategy):
     name = "fsdp"
@@ -170,7 +173,7 @@ class FullyShardedDataParallel(Strategy):
         """Nothing hides the root's gather at the start of the step; every later gather and
         reduction runs beside compute (FSDP prefetches on GPUs). In backward a block's gather
         (the next one, prefetched) and reduce-scatter (the one before) are in flight together
-        while it runs: the window "fsdp block"."""
+        while it runs: the window BLOCK_WINDOW."""
         ax, d, L = (self.shard_axis,), self.mesh.size(self.shard_axis), self.config.n_layers
         block, root = self.group_sizes()
         g, r = self.gather_bytes, self.reduce_bytes
@@ -180,12 +183,8 @@ class FullyShardedDataParallel(Strategy):
         ]
         if self.workload.mode == "train":
             out += [
-                Traffic(
-                    "all_gather", ax, block * g, L, "backward", "model", hidden=True, window="fsdp block"
-                ),
-                Traffic(
-                    "reduce_scatter", ax, block * r, L, "backward", "model", hidden=True, window="fsdp block"
-                ),
+                Traffic("all_gather", ax, block * g, L, "backward", "model", True, window=BLOCK_WINDOW),
+                Traffic("reduce_scatter", ax, block * r, L, "backward", "model", True, window=BLOCK_WINDOW),
                 Traffic("reduce_scatter", ax, root * r, 1, "backward", "model", hidden=True),
                 Traffic("all_reduce", ("dp",), block * r // d, L, "backward", "model", hidden=True),
                 Traffic("all_reduce", ("dp",), root * r // d, 1, "backward", "model", hidden=True),
@@ -259,9 +258,6 @@ class FullyShardedDataParallel(Strategy):
         params = {n: math.prod(shape) * elt for n, (shape, _) in self.local_parameters().items()}
         terms = terms or self.activation_terms()
         return predict_memory(terms, params, self.workload.mode, self.workload.recompute, elt)
-
-
-BLOCK_WINDOW = "fsdp block"  # a block's backward: its gather (the next, prefetched) and reduce-scatter
 
 
 def _to_float32(model: nn.Module) -> None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from tspbench.strategies.fsdp import BLOCK_WINDOW, FullyShardedDataParallel
 from tspbench.strategies.sp import kv_gather_traffic, zigzag_extra_bytes
 
-from tspbench.costs.flops import ForwardFlops
+from tspbench.costs.flops import ForwardFlops, qkv_gemm_flops
 from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
@@ -47,8 +47,8 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
         which run first under the compute before it: the recomputed q, k, v projections (full),
         or the MLP's and the output projection's backward (selective)."""
         kv = kv_gather_traffic(self, "sp", self.config.n_kv_heads)
-        f, s = ForwardFlops.of(self.shapes()), self.shapes()
-        qkv = f.attn_gemm * (s.q + 2 * s.kv) / (2 * s.q + 2 * s.kv)
+        s = self.shapes()
+        f, qkv = ForwardFlops.of(s), qkv_gemm_flops(s)
         before = qkv if self.workload.recompute == "full" else 2 * f.mlp_gemm + 2 * (f.attn_gemm - qkv)
         queued = [
             replace(t, queue=BLOCK_WINDOW, queue_flops=before) if t.op == "all_gather" else t for t in kv

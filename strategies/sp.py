@@ -16,7 +16,7 @@ their owners (all-to-all) and merged by log-sum-exp.
 
 from __future__ import annotations
 
-from tspbench.costs.elementwise import recomputed_forwards, zigzag_attention_bytes
+from tspbench.costs.elementwise import over_step, recomputed_forwards, zigzag_attention_bytes
 from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
@@ -38,9 +38,8 @@ def zigzag_extra_bytes(strategy: Strategy) -> int:
     """Element-wise bytes the zigzag attention core adds over a step's layers (its forward runs
     again in backward under recomputation; no backward in a forward)."""
     w = strategy.workload
-    forward, backward = zigzag_attention_bytes(strategy.shapes())
-    backward = backward if w.mode == "train" else 0
-    return strategy.config.n_layers * (recomputed_forwards(w.mode, w.recompute) * forward + backward)
+    forwards = recomputed_forwards(w.mode, w.recompute)
+    return over_step(strategy.config.n_layers, w.mode, forwards, zigzag_attention_bytes(strategy.shapes()))
 
 
 @register

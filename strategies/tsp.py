@@ -26,8 +26,8 @@ from __future__ import annotations
 from tspbench.strategies.tsp_attention import AttentionSpec, Prefetch, TSPAttention
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
-from tspbench.costs.elementwise import tsp_block_bytes, tsp_ends_bytes, tsp_prefill_ends_bytes
-from tspbench.costs.flops import FlopTerms, ForwardFlops
+from tspbench.costs.elementwise import over_step, tsp_block_bytes, tsp_ends_bytes
+from tspbench.costs.flops import FlopTerms, ForwardFlops, qkv_gemm_flops
 from tspbench.costs.memory import ActivationTerms, autograd_terms
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
@@ -117,16 +117,12 @@ class FoldedParallel(Strategy):
 
     def elementwise_extra_bytes(self) -> int:
         """What TSP's own code moves beyond the model's operators (tsp_attention.py, tsp_ring.py):
-        per layer, tspbench.costs.elementwise.tsp_block_bytes (run again under full
-        recomputation), and once per step tsp_ends_bytes (the ring embedding and loss; a forward:
-        tsp_prefill_ends_bytes)."""
+        per layer tspbench.costs.elementwise.tsp_block_bytes (its forward again under full
+        recomputation; the attention core's is always recomputed, so selective adds nothing), and
+        once per step tsp_ends_bytes (the ring embedding, the loss or the prefill's logits)."""
         s, w = self.shapes(), self.workload
-        forward, backward = tsp_block_bytes(s)
-        head_f, head_b = tsp_ends_bytes(s)
-        if w.mode != "train":
-            return s.layers * forward + tsp_prefill_ends_bytes(s)
         forwards = 2 if w.recompute == "full" else 1
-        return s.layers * (forwards * forward + backward) + head_f + head_b
+        return over_step(s.layers, w.mode, forwards, tsp_block_bytes(s), tsp_ends_bytes(s, w.mode == "train"))
 
     def flop_terms(self) -> FlopTerms:
         """Every rank projects its own tokens with every shard (whole widths, local tokens).
@@ -179,7 +175,7 @@ class FoldedParallel(Strategy):
         f = ForwardFlops.of(self.shapes())
         head_block, mlp_step, head_step = (f.attn_gemm + f.core) / d, f.mlp_gemm / d, f.head / d
         block_back = (2 * f.attn_gemm + 3.5 * f.core) / d
-        qkv = f.attn_gemm * (cfg.hidden + 2 * cfg.kv_hidden) / (2 * cfg.hidden + 2 * cfg.kv_hidden) / d
+        qkv = qkv_gemm_flops(self.shapes()) / d  # one head block's
         ax = ("tsp",)
 
         def hides(

@@ -341,8 +341,7 @@ def _passes(entry: Any) -> dict[str, float]:
         raise _BadField(
             f"elementwise_passes: expected a mapping with keys among {sorted(PASS_KEYS)}, got {entry!r}"
         )
-    given = {str(k): _number(f"elementwise_passes.{k}", v, positive=True) for k, v in entry.items()}
-    return given
+    return {str(k): _number(f"elementwise_passes.{k}", v, positive=True) for k, v in entry.items()}
 
 
 def _number(key: str, value: Any, positive: bool) -> float:

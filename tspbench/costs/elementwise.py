@@ -90,15 +90,22 @@ def ends_bytes(s: Shapes, train: bool = True, vocab_parts: int = 1) -> tuple[int
     return embed + rope + norm_f + logits * (upcast + loss_f), embed + norm_b + logits * loss_b
 
 
+def over_step(
+    layers: int, mode: str, forwards: int, block: tuple[int, int], ends: tuple[int, int] = (0, 0)
+) -> int:
+    """A step's total of per-block (forward, backward) bytes and once-per-step ones: a training
+    step runs each block's forward ``forwards`` times (twice where it is recomputed) and its
+    backward once; a forward, each forward once."""
+    if mode != "train":
+        return layers * block[0] + ends[0]
+    return layers * (forwards * block[0] + block[1]) + ends[0] + ends[1]
+
+
 def step_bytes(s: Shapes, mode: str, recompute: str, vocab_parts: int = 1) -> int:
     """Element-wise bytes of the step's blocks and head (the optimizer apart): a training step
     runs each block's forward once more under full recomputation; a forward, the forward."""
-    block_f, block_b = block_bytes(s)
-    head_f, head_b = ends_bytes(s, mode == "train", vocab_parts)
-    if mode != "train":
-        return s.layers * block_f + head_f
     forwards = 2 if recompute == "full" else 1
-    return s.layers * (forwards * block_f + block_b) + head_f + head_b
+    return over_step(s.layers, mode, forwards, block_bytes(s), ends_bytes(s, mode == "train", vocab_parts))
 
 
 def zigzag_core_bytes(s: Shapes) -> tuple[int, int]:
@@ -178,7 +185,7 @@ def tsp_block_bytes(s: Shapes) -> tuple[int, int]:
     return attn_f + zeros, attn_b + mlp_b - 9 * e * b * t * h
 
 
-def tsp_ends_bytes(s: Shapes) -> tuple[int, int]:
+def tsp_ends_bytes(s: Shapes, train: bool = True) -> tuple[int, int]:
     """(forward, backward) bytes TSP's ring embedding and loss add to the model's (tsp_ring.py):
     the embedding's D lookups, each masked 2e T h and added 3e T h into a zeroed output (6D e T h
     more than one lookup); backward each shard's gradient rows masked 2e T h, a zeroed partial
@@ -186,20 +193,17 @@ def tsp_ends_bytes(s: Shapes) -> tuple[int, int]:
     (D - 1 shards). The online log-sum-exp loss picks, maxes, subtracts, exponentiates and sums
     each block of logits (4s more per logit than the model's loss); backward it recomputes the
     logits (upcast), subtracts, exponentiates, scatters and scales (upcast + 3s more), dx zeroed
-    e T h, the accumulators added 3e V h / D (D - 1 shards)."""
+    e T h, the accumulators added 3e V h / D (D - 1 shards). A forward (prefill): the lookups,
+    and each vocabulary block's logits copied into place 2e T V."""
     e, f, b, t, h, v, d = s.elt, s.stat, s.batch, s.tokens, s.hidden, s.vocab, s.kv_parts
     stream, table, logits = b * t * h, v * h, b * t * v
+    embed_f = 6 * d * e * stream
+    if not train:
+        return embed_f + 2 * e * logits, 0
     upcast = e + f if e < 4 else 0
     accumulators = 3 * e * table * (d - 1) // d
-    embed_f = 6 * d * e * stream
     embed_b = 3 * d * e * stream + 3 * e * table + accumulators - e * table - e * stream
     return embed_f + 4 * f * logits, embed_b + (upcast + 3 * f) * logits + e * stream + accumulators
-
-
-def tsp_prefill_ends_bytes(s: Shapes) -> int:
-    """What TSP's ring embedding and logits add to a forward (prefill): the embedding's lookups
-    as in training (6D e T h) and each vocabulary block's logits copied into place 2e T V."""
-    return 6 * s.kv_parts * s.elt * s.batch * s.tokens * s.hidden + 2 * s.elt * s.batch * s.tokens * s.vocab
 
 
 def recomputed_forwards(mode: str, recompute: str) -> int:

@@ -93,6 +93,11 @@ def causal_fraction(parts: int) -> float:
     return 1.0 if parts == 1 else 2 / (2 * parts + 1)
 
 
+def qkv_gemm_flops(s: Shapes) -> float:
+    """Forward FLOPs of a block's q, k, v projections on B x T local tokens (the rank's widths)."""
+    return 2 * s.batch * s.tokens * s.hidden * (s.q + 2 * s.kv)
+
+
 def block_gemm_flops(s: Shapes, q: int, kv: int, ffn: int) -> tuple[float, float]:
     """Forward GEMM FLOPs of one block's (attention, MLP) on B x T local tokens."""
     bt = s.batch * s.tokens
