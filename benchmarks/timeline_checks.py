@@ -6,7 +6,9 @@ host's cores): each rank traces one step (tspbench.measure.trace) and profiles t
 element-wise), the replayed kernel seconds (the timeline's replay of the traced steps on the
 profile given, at the share of the host each kind had, summed over ranks) against the profiled
 self seconds of every aten op of that kind (an op the trace sees whole is timed by the profiler
-in the ops it calls). The result goes to results/timeline_check/ops.json and ops.md.
+in the ops it calls). Beside it, where each rank's unprofiled step went (tspbench.measure.schedstat:
+on a core, waiting for one, asleep on a collective) against the replay's compute and idle time.
+The result goes to results/timeline_check/ops.json and ops.md.
 
     python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3]
 """
@@ -18,7 +20,7 @@ import json
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
-from tspbench.analytic.timeline import timeline
+from tspbench.analytic.timeline import Timeline, timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts
@@ -46,7 +48,27 @@ def check(layout: Layout, workload: Workload, hardware: str, repeats: int) -> di
             if kind in profiled:
                 profiled[kind] += seconds
     errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
-    return {"layout": layout.describe(), "replayed_s": replayed, "profiled_s": profiled, "error": errors}
+    row = {"layout": layout.describe(), "replayed_s": replayed, "profiled_s": profiled, "error": errors}
+    if all(r["schedule"] for r in ranks):
+        row["schedule"] = {"measured": measured_schedule(ranks), "replayed": replayed_schedule(tl)}
+    return row
+
+
+def measured_schedule(ranks: list[dict]) -> dict[str, float]:
+    """Mean over ranks of an unprofiled step: wall, busy (on a core or waiting for one), asleep
+    (blocked on a collective or a peer), and the CPU the rank's other (gloo's) threads ran."""
+    mean = {k: sum(r["schedule"][k] for r in ranks) / len(ranks) for k in ranks[0]["schedule"]}
+    busy = mean["on_cpu_s"] + mean["runqueue_s"]
+    return {"step_s": mean["wall_s"], "busy_s": busy, "blocked_s": mean["blocked_s"],
+            "runqueue_s": mean["runqueue_s"], "comm_threads_cpu_s": mean["comm_threads_cpu_s"]}  # fmt: skip
+
+
+def replayed_schedule(tl: Timeline) -> dict[str, float]:
+    """The same in the replay, mean over ranks: the rank's end, its compute, the rest idle."""
+    record = tl.to_record()
+    ends = tl.rank_end_s
+    return {"step_s": sum(ends.values()) / len(ends), "busy_s": record["timeline_busy_s"],
+            "blocked_s": record["timeline_blocked_s"]}  # fmt: skip
 
 
 def table(rows: list[dict], hardware: str) -> str:
@@ -67,7 +89,30 @@ def table(rows: list[dict], hardware: str) -> str:
         lines.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
     worst = {k: max((abs(r["error"][k]) for r in rows if k in r["error"]), default=0.0) for k in KINDS}
     lines += ["", "Worst |error| by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())]
+    if all("schedule" in r for r in rows):
+        lines += ["", *schedule_table(rows)]
     return "\n".join(lines) + "\n"
+
+
+def schedule_table(rows: list[dict]) -> list[str]:
+    """Where an unprofiled step's wall time went, measured (the kernel's per-thread clocks) and
+    replayed, mean over the 4 ranks."""
+    lines = [
+        "Where a step's time went, mean over the 4 ranks, measured (Linux schedstat: busy = on a core "
+        "or waiting for one; blocked = asleep, on a collective or a peer) and replayed (busy = compute "
+        "lane; blocked = the rest), seconds:",
+        "",
+        "| layout | step measured / replayed | busy measured / replayed | blocked measured / replayed "
+        "| of which waiting for a core (measured) | gloo threads' CPU (measured) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, p = r["schedule"]["measured"], r["schedule"]["replayed"]
+        parts = ("step_s", "busy_s", "blocked_s")
+        cells = [f"{m[k]:.3f} / {p[k]:.3f} ({p[k] / m[k] - 1:+.0%})" for k in parts]
+        cells += [f"{m['runqueue_s']:.3f}", f"{m['comm_threads_cpu_s']:.3f}"]
+        lines.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:

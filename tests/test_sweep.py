@@ -20,6 +20,7 @@ import fault_plugin
 import pytest
 import yaml
 
+from tspbench.measure import schedstat
 from tspbench.sweep import cluster, slurm, slurm_job
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.points import expand
@@ -77,6 +78,12 @@ def test_sweep_records_completed_failed_and_oom(tmp_path: Path, env: dict) -> No
     assert "Traceback" in failed["error"] and failed["failed_rank"] == 1
     assert "OutOfMemoryError" in oom["error"] and "simulated device capacity" in oom["error"]
     assert (frame.loc[:1, "peak_memory_bytes"] > 0).all() and frame.loc[:1, "step_time_s"].notna().all()
+    if schedstat.sample() is not None:  # where each rank's step went: it adds up to the step's wall time
+        done_rows = frame.loc[:1]
+        split = done_rows["cpu_busy_s"] + done_rows["cpu_blocked_s"]
+        assert ((split - done_rows["step_time_s"]).abs() < 0.25 * done_rows["step_time_s"]).all()
+        assert (done_rows["cpu_runqueue_s"] <= done_rows["cpu_busy_s"]).all()
+        assert (done_rows["cpu_comm_threads_s"] > 0).all()  # gloo's threads moved the gradients
     for name in ("records.csv", "records.parquet"):
         assert (root / name).is_file()
     run = root / frame.loc[0, "run_id"]

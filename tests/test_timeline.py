@@ -148,6 +148,9 @@ def test_a_slow_participant_delays_the_collective_for_all() -> None:
         p.wait(p.issue(0.5, async_op=False))
     tl = timeline([fast.trace(), slow.trace()], ROUND, 2)
     assert tl.rank_end_s == {0: pytest.approx(2.5), 1: pytest.approx(2.5)}
+    record = tl.to_record()  # mean over the ranks: computing 1 and 2 s, the rest 1.5 and 0.5 s of 2.5
+    assert record["timeline_busy_s"] == pytest.approx(1.5)
+    assert record["timeline_blocked_s"] == pytest.approx(1.0)
     states = tl.replay.states
     ((t0, peers_until, t1, op),) = states[0].waits
     assert (t0, peers_until, t1, op) == (

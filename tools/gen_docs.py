@@ -101,7 +101,30 @@ def ops_table() -> str:
         + ". The profiler's self time is wall-clock time, which on 4 ranks sharing 2 cores includes"
         " the time the process waited for a core: single ops differ run to run by tens of percent.",
     ]
+    if all("schedule" in r for r in data["rows"]):
+        rows += ["", schedule_table(data["rows"])]
     return "\n".join(rows)
+
+
+def schedule_table(rows: list[dict]) -> str:
+    """Where the same runs' unprofiled steps went (Linux per-thread clocks) against the replay."""
+    out = [
+        "Where each rank's unprofiled step went in the same runs, mean over the 4 ranks: busy is on a "
+        "core or waiting for one (the replay's compute lane), blocked is asleep on a collective or a peer "
+        "(the replay's idle time); measured with the kernel's per-thread clocks (tspbench.measure.schedstat):",
+        "",
+        "| layout | step: measured / replayed | busy | blocked | waiting for a core (measured) "
+        "| gloo threads' CPU (measured) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, p = r["schedule"]["measured"], r["schedule"]["replayed"]
+        cells = [
+            f"{m[k]:.2f} / {p[k]:.2f} s ({pct(p[k] / m[k] - 1)})" for k in ("step_s", "busy_s", "blocked_s")
+        ]
+        cells += [f"{m['runqueue_s']:.2f} s", f"{m['comm_threads_cpu_s']:.2f} s"]
+        out.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def step_errors(experiment: str) -> pd.DataFrame:

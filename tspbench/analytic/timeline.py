@@ -319,6 +319,7 @@ class Timeline:
     hidden_fraction: dict[str, float]  # by op: collective time under compute (replayed ranks)
     weights_hidden_fraction: float | None  # TSP: its weight shards' traffic (channel 1)
     rank_end_s: dict[int, float]
+    rank_compute_s: dict[int, float] = field(default_factory=dict)  # each rank's default-stream compute
     replay: Replay | None = None
     kind_s: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> kind -> kernel seconds
 
@@ -330,6 +331,10 @@ class Timeline:
             f"{prefix}waits_on_peers_s": self.peers_s,
             f"{prefix}critical_rank": self.critical_rank,
         }
+        if self.rank_compute_s:  # mean over the replayed ranks: computing, and the rest of each one's step
+            n, ends = len(self.rank_compute_s), self.rank_end_s
+            out[f"{prefix}busy_s"] = sum(self.rank_compute_s.values()) / n
+            out[f"{prefix}blocked_s"] = sum(ends[r] - c for r, c in self.rank_compute_s.items()) / n
         out.update({f"{prefix}exposed_{op}_s": v for op, v in sorted(self.exposed_s.items())})
         out.update({f"{prefix}hidden_fraction_{op}": v for op, v in sorted(self.hidden_fraction.items())})
         if self.weights_hidden_fraction is not None:
@@ -463,6 +468,7 @@ def summarize(replay: Replay, kinds: dict[int, dict[str, float]]) -> Timeline:
         hidden_fraction={op: hidden[op] / total[op] for op in total if total[op] > 0},
         weights_hidden_fraction=weights[0] / weights[1] if weights[1] > 0 else None,
         rank_end_s=ends,
+        rank_compute_s={r: sum(b - a for a, b in st.busy) for r, st in states.items()},
         replay=replay,
         kind_s=kinds,
     )

@@ -120,6 +120,10 @@ FIELDS: tuple[Field, ...] = (
     _f("fake_ranks", "", "fake", "the ranks executed in the fake world"),
     _f("fake_seconds", "s", "fake", "wall time of the fake execution"),
     # ------------------------------------------------------------------ communication and FLOPs
+    _f("cpu_busy_s", "s", "measured", "CPU, Linux: a rank's step on a core or waiting for one, mean"),
+    _f("cpu_runqueue_s", "s", "measured", "... of it waiting for a core (the kernel's schedstat)"),
+    _f("cpu_blocked_s", "s", "measured", "... asleep: on a collective or a peer"),
+    _f("cpu_comm_threads_s", "s", "measured", "... CPU its other (gloo's) threads ran meanwhile"),
     _f("comm_bytes_per_step", "B", "measured", "bus bytes per step (nccl-tests convention), busiest rank"),
     _f("comm_<op>_bytes", "B", "measured", "bus bytes of the op per step"),
     _f("comm_<phase>_bytes", "B", "measured", "bus bytes of the phase per step"),
@@ -200,6 +204,8 @@ FIELDS: tuple[Field, ...] = (
     _f("timeline_exposed_<op>_s", "s", "timeline", "... by the op waited for"),
     _f("timeline_waits_on_peers_s", "s", "timeline", "its idle time waiting for peers to issue"),
     _f("timeline_critical_rank", "rank", "timeline", "the rank that ends last"),
+    _f("timeline_busy_s", "s", "timeline", "mean over the replayed ranks: computing (default stream)"),
+    _f("timeline_blocked_s", "s", "timeline", "mean over the replayed ranks: the rest of each one's step"),
     _f(
         "timeline_hidden_fraction_<op>",
         "",

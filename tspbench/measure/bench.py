@@ -38,6 +38,7 @@ from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt, percentile
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
+from tspbench.measure import schedstat
 from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
 from tspbench.measure.env import device_name, environment
 from tspbench.measure.replayed import timeline_fields
@@ -64,11 +65,13 @@ def rank_bench(
         run.step()
     # the first tracked step is also traced (tspbench.measure.trace): its replay is the timeline
     measured = [run.measured_step(capacity_bytes, trace=i == 0) for i in range(MEMORY_STEPS)]
-    times = [t for _ in range(repeats) for t in run.timed_steps(steps)]
+    clocks: list[dict[str, float] | None] = []
+    times = [t for _ in range(repeats) for t in run.timed_steps(steps, clocks)]
     rank = dist.get_rank() if dist.is_initialized() else 0
     return {
         "rank": rank,
         "times": times,
+        "clocks": schedstat.median(clocks) if run.device.type == "cpu" else None,
         "loss": measured[0].loss,
         "comm": measured[0].comm,
         "memory": [m.memory for m in measured],
@@ -109,6 +112,23 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         **{f"state_{k}_bytes": max(r["state"][k] for r in ranks) for k in ranks[0]["state"]},
         "hardware_flops_per_step_per_gpu": max(r["flops"] or 0 for r in ranks),
         **comm_fields(busiest_comm(ranks)),
+        **clock_fields([r.get("clocks") for r in ranks]),
+    }
+
+
+def clock_fields(clocks: list[dict[str, float] | None]) -> dict[str, float]:
+    """Where a timed step went on a CPU host, mean over ranks of each rank's median
+    (tspbench.measure.schedstat): busy (on a core or waiting for one), of which waiting for a
+    core, blocked (asleep on a collective or a peer), and what the ranks' other (gloo's) threads
+    ran. Empty where any rank lacks the kernel's clocks (not Linux, or a GPU)."""
+    if not clocks or None in clocks:
+        return {}
+    mean = {k: sum(c[k] for c in clocks) / len(clocks) for k in clocks[0]}
+    return {
+        "cpu_busy_s": mean["on_cpu_s"] + mean["runqueue_s"],
+        "cpu_runqueue_s": mean["runqueue_s"],
+        "cpu_blocked_s": mean["blocked_s"],
+        "cpu_comm_threads_s": mean["comm_threads_cpu_s"],
     }
 
 

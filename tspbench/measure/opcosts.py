@@ -30,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
+from tspbench.measure import schedstat
 from tspbench.measure.runner import RankRun
 from tspbench.measure.trace import StepRecorder
 
@@ -202,21 +203,25 @@ def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[s
 
 
 def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str, object]:
-    """On every rank of a launched world: a traced step and the median profiled self time by op
-    name over ``repeats`` steps (after two warm-up steps), for the op-level check."""
+    """On every rank of a launched world: a traced step, the median profiled self time by op name
+    over ``repeats`` steps (after two warm-up steps), for the op-level check, and the median
+    unprofiled step's wall time and where it went (tspbench.measure.schedstat; None off Linux)."""
     run = RankRun(layout, workload)
     run.step()
     run.step()
     trace = traced(run.step, dist.get_rank() if dist.is_initialized() else 0)
-    profiles, walls = [], []
+    profiles, walls, spent = [], [], []
     for _ in range(repeats):
         profiles.append(profiled(run.step))
         start = time.perf_counter()
-        run.step()
+        with schedstat.Spent() as clocks:
+            run.step()
         walls.append(time.perf_counter() - start)
+        spent.append(clocks.seconds)
     names = set().union(*profiles)
     seconds = {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}
-    return {"trace": trace, "seconds": seconds, "wall_s": statistics.median(walls)}
+    schedule = None if None in spent else {k: statistics.median(s[k] for s in spent) for k in spent[0]}
+    return {"trace": trace, "seconds": seconds, "wall_s": statistics.median(walls), "schedule": schedule}
 
 
 def profiled_kinds(layout: Layout, workload: Workload, repeats: int) -> dict[str, float]:

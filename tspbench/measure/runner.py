@@ -31,6 +31,7 @@ from tspbench.dist import comm
 from tspbench.dist.c10d_count import C10dCounter
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
+from tspbench.measure import schedstat
 from tspbench.measure.energy import EnergyMeter
 from tspbench.measure.flop_counter import register_cpu_attention_flops
 from tspbench.measure.trace import StepRecorder, mark_layers
@@ -232,13 +233,17 @@ class RankRun:
             self.step()
         return counter.get_total_flops()
 
-    def timed_steps(self, n: int) -> list[float]:
-        """Wall time of ``n`` steps, each the slowest rank's (barrier before, max after)."""
+    def timed_steps(self, n: int, clocks: list[dict[str, float] | None] | None = None) -> list[float]:
+        """Wall time of ``n`` steps, each the slowest rank's (barrier before, max after); into
+        ``clocks``, where this rank's time went in each (tspbench.measure.schedstat)."""
         times = []
         for _ in range(n):
             comm.barrier(self.world)
             start = time.perf_counter()
-            self.step()
+            with schedstat.Spent() as spent:
+                self.step()
+            if clocks is not None:
+                clocks.append(spent.seconds)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=self.device)
