@@ -24,6 +24,7 @@ from tspbench.analytic.timeline import Timeline, timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts
+from tspbench.report.tables import schedule_table
 
 LAYOUTS = [
     Layout("dp", dp=4),
@@ -35,6 +36,11 @@ LAYOUTS = [
     Layout("tsp", tsp=4),
 ]
 KINDS = ("gemm", "attention", "elementwise")
+SCHEDULE_INTRO = (
+    "Where each rank's unprofiled step went, mean over the 4 ranks, measured (Linux schedstat: busy = on "
+    "a core or waiting for one; blocked = asleep, on a collective or a peer) and replayed (busy = the "
+    "compute lane; blocked = the rest):"
+)
 TOLERANCE = 0.15
 
 
@@ -90,29 +96,8 @@ def table(rows: list[dict], hardware: str) -> str:
     worst = {k: max((abs(r["error"][k]) for r in rows if k in r["error"]), default=0.0) for k in KINDS}
     lines += ["", "Worst |error| by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())]
     if all("schedule" in r for r in rows):
-        lines += ["", *schedule_table(rows)]
+        lines += ["", SCHEDULE_INTRO, "", schedule_table(rows)]
     return "\n".join(lines) + "\n"
-
-
-def schedule_table(rows: list[dict]) -> list[str]:
-    """Where an unprofiled step's wall time went, measured (the kernel's per-thread clocks) and
-    replayed, mean over the 4 ranks."""
-    lines = [
-        "Where a step's time went, mean over the 4 ranks, measured (Linux schedstat: busy = on a core "
-        "or waiting for one; blocked = asleep, on a collective or a peer) and replayed (busy = compute "
-        "lane; blocked = the rest), seconds:",
-        "",
-        "| layout | step measured / replayed | busy measured / replayed | blocked measured / replayed "
-        "| of which waiting for a core (measured) | gloo threads' CPU (measured) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        m, p = r["schedule"]["measured"], r["schedule"]["replayed"]
-        parts = ("step_s", "busy_s", "blocked_s")
-        cells = [f"{m[k]:.3f} / {p[k]:.3f} ({p[k] / m[k] - 1:+.0%})" for k in parts]
-        cells += [f"{m['runqueue_s']:.3f}", f"{m['comm_threads_cpu_s']:.3f}"]
-        lines.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
-    return lines
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from tspbench.core.fields import markdown_table
 from tspbench.core.spec import ModelConfig
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
+from tspbench.report.tables import schedule_table
 from tspbench.sweep.store import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,29 +103,15 @@ def ops_table() -> str:
         " the time the process waited for a core: single ops differ run to run by tens of percent.",
     ]
     if all("schedule" in r for r in data["rows"]):
-        rows += ["", schedule_table(data["rows"])]
+        rows += ["", SCHEDULE_INTRO, "", schedule_table(data["rows"])]
     return "\n".join(rows)
 
 
-def schedule_table(rows: list[dict]) -> str:
-    """Where the same runs' unprofiled steps went (Linux per-thread clocks) against the replay."""
-    out = [
-        "Where each rank's unprofiled step went in the same runs, mean over the 4 ranks: busy is on a "
-        "core or waiting for one (the replay's compute lane), blocked is asleep on a collective or a peer "
-        "(the replay's idle time); measured with the kernel's per-thread clocks (tspbench.measure.schedstat):",
-        "",
-        "| layout | step: measured / replayed | busy | blocked | waiting for a core (measured) "
-        "| gloo threads' CPU (measured) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        m, p = r["schedule"]["measured"], r["schedule"]["replayed"]
-        cells = [
-            f"{m[k]:.2f} / {p[k]:.2f} s ({pct(p[k] / m[k] - 1)})" for k in ("step_s", "busy_s", "blocked_s")
-        ]
-        cells += [f"{m['runqueue_s']:.2f} s", f"{m['comm_threads_cpu_s']:.2f} s"]
-        out.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
-    return "\n".join(out)
+SCHEDULE_INTRO = (
+    "Where each rank's unprofiled step went in the same runs, mean over the 4 ranks: busy is on a core or "
+    "waiting for one (the replay's compute lane), blocked is asleep on a collective or a peer (the replay's "
+    "idle time); measured with the kernel's per-thread clocks (tspbench.measure.schedstat):"
+)
 
 
 def step_errors(experiment: str) -> pd.DataFrame:

@@ -50,3 +50,21 @@ def markdown(table: pd.DataFrame) -> str:
         cells = ["" if pd.isna(v) else f.format(v) for v, f in zip(row, formats, strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def schedule_table(rows: list[dict]) -> str:
+    """Where each rank's step went, measured and replayed, as GitHub Markdown: one row per
+    ``{"layout": ..., "schedule": {"measured": ..., "replayed": ...}}`` (the op-level check's
+    rows; seconds, mean over ranks; measured by tspbench.measure.schedstat)."""
+    out = [
+        "| layout | step: measured / replayed | busy | blocked | waiting for a core (measured) "
+        "| gloo threads' CPU (measured) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, p = r["schedule"]["measured"], r["schedule"]["replayed"]
+        parts = ("step_s", "busy_s", "blocked_s")
+        cells = [f"{m[k]:.2f} / {p[k]:.2f} s ({p[k] / m[k] - 1:+.0%})" for k in parts]
+        cells += [f"{m['runqueue_s']:.2f} s", f"{m['comm_threads_cpu_s']:.2f} s"]
+        out.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
