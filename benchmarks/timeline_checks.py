@@ -2,21 +2,25 @@
 
 Every strategy at world size 4 (the small preset, 2,048 tokens, float32 training, gloo on this
 host's cores): each rank traces one step (tspbench.measure.trace) and profiles three more
-(torch.profiler, the median self time of each aten op). Per strategy and kind (GEMM, attention,
-element-wise), the replayed kernel seconds (the timeline's replay of the traced steps on the
-profile given, at the share of the host each kind had, summed over ranks) against the profiled
-self seconds of every aten op of that kind (an op the trace sees whole is timed by the profiler
-in the ops it calls). Beside it, where each rank's unprofiled step went (tspbench.measure.schedstat:
-on a core, waiting for one, asleep on a collective) against the replay's compute and idle time.
-The result goes to results/timeline_check/ops.json and ops.md.
+(torch.profiler, the median self time of each aten op), in each of ``--runs`` launches (every
+other one in reverse layout order; their spread is the measurement's own repeatability).
 
-    python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3]
+Per strategy and kind (GEMM, attention, element-wise): the replayed kernel seconds (the
+timeline's replay of the traced steps on the profile given, at the share of the host each kind
+had, summed over ranks) against the profiled self seconds of every aten op of that kind, mean
+over launches (an op the trace sees whole is timed by the profiler in the ops it calls). Beside
+it, where each rank's unprofiled step went (tspbench.measure.schedstat: on a core, waiting for
+one, asleep on a collective) against the replay's compute and idle time. The result goes to
+results/timeline_check/ops.json and ops.md.
+
+    python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3] [--runs 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
@@ -44,20 +48,35 @@ SCHEDULE_INTRO = (
 TOLERANCE = 0.15
 
 
-def check(layout: Layout, workload: Workload, hardware: str, repeats: int) -> dict[str, object]:
-    ranks = launch(opcosts.profiled_rank, layout.world_size, layout, workload, repeats, timeout=1800)
+def check(layout: Layout, runs: list[list[dict]], hardware: str) -> dict[str, object]:
+    """One layout's row from its ``runs`` (each: every rank's profiled_rank): the replay of the
+    first run's traces against the profiled self time by kind, the mean over runs, and how far
+    the runs are apart (the measurement's own repeatability on this host)."""
+    ranks = runs[0]
     tl = timeline([r["trace"] for r in ranks], load_hardware(hardware), layout.world_size)
     replayed = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
-    profiled = {k: 0.0 for k in KINDS}
+    passes = [profiled_kinds(run) for run in runs]
+    profiled = {k: statistics.mean(p[k] for p in passes) for k in KINDS}
+    errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
+    row = {"layout": layout.describe(), "replayed_s": replayed, "profiled_s": profiled, "error": errors,
+           "profiled_runs_s": passes}  # fmt: skip
+    if len(runs) > 1:
+        row["repeat_spread"] = {k: max(p[k] for p in passes) / min(p[k] for p in passes) - 1 for k in errors}
+    if all(r["schedule"] for run in runs for r in run):
+        measured = [measured_schedule(run) for run in runs]
+        mean = {k: statistics.mean(m[k] for m in measured) for k in measured[0]}
+        row["schedule"] = {"measured": mean, "replayed": replayed_schedule(tl)}
+    return row
+
+
+def profiled_kinds(ranks: list[dict]) -> dict[str, float]:
+    """Profiled self seconds by kind, summed over ranks."""
+    out = dict.fromkeys(KINDS, 0.0)
     for r in ranks:
         for kind, seconds in opcosts.kind_seconds(r["seconds"]).items():
-            if kind in profiled:
-                profiled[kind] += seconds
-    errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
-    row = {"layout": layout.describe(), "replayed_s": replayed, "profiled_s": profiled, "error": errors}
-    if all(r["schedule"] for r in ranks):
-        row["schedule"] = {"measured": measured_schedule(ranks), "replayed": replayed_schedule(tl)}
-    return row
+            if kind in out:
+                out[kind] += seconds
+    return out
 
 
 def measured_schedule(ranks: list[dict]) -> dict[str, float]:
@@ -95,6 +114,14 @@ def table(rows: list[dict], hardware: str) -> str:
         lines.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
     worst = {k: max((abs(r["error"][k]) for r in rows if k in r["error"]), default=0.0) for k in KINDS}
     lines += ["", "Worst |error| by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())]
+    if all("repeat_spread" in r for r in rows):
+        spread = {k: max(r["repeat_spread"][k] for r in rows) for k in KINDS}
+        launches = len(rows[0]["profiled_runs_s"])
+        lines += [
+            "",
+            f"Profiled seconds are the mean of {launches} launches per layout; the largest spread between "
+            "them by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in spread.items()),
+        ]
     if all("schedule" in r for r in rows):
         lines += ["", SCHEDULE_INTRO, "", schedule_table(rows)]
     return "\n".join(lines) + "\n"
@@ -105,13 +132,18 @@ def main() -> None:
     parser.add_argument("--hardware", default="cpu")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2, help="launches per layout (their spread is reported)")
     parser.add_argument("--out", type=Path, default=Path("results/timeline_check"))
     args = parser.parse_args()
     workload = Workload(ModelConfig.preset("small"), 1, args.seq_len, "train", "none", "float32")
-    rows = []
-    for layout in LAYOUTS:
-        rows.append(check(layout, workload, args.hardware, args.repeats))
-        print(json.dumps(rows[-1]), flush=True)
+    runs: dict[str, list[list[dict]]] = {layout.describe(): [] for layout in LAYOUTS}
+    for n in range(args.runs):  # every other run in reverse order: the host's drift spreads over layouts
+        for layout in LAYOUTS if n % 2 == 0 else LAYOUTS[::-1]:
+            ranks = launch(opcosts.profiled_rank, layout.world_size, layout, workload, args.repeats,
+                           timeout=1800)  # fmt: skip
+            runs[layout.describe()].append(ranks)
+            print(f"run {n + 1}/{args.runs}: {layout.describe()}", flush=True)
+    rows = [check(layout, runs[layout.describe()], args.hardware) for layout in LAYOUTS]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ops.json").write_text(json.dumps({"hardware": args.hardware, "rows": rows}, indent=2))
     (args.out / "ops.md").write_text(table(rows, args.hardware))
