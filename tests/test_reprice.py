@@ -31,3 +31,23 @@ def test_a_stored_fake_world_record_reprices_to_itself(tmp_path: Path) -> None:
     assert again.keys() == stored.keys()
     for key in modelled:
         assert again[key] == pytest.approx(stored[key], rel=1e-9), key
+
+
+@pytest.mark.parametrize("study", ["cpu_decode", "cpu_decode_fake"])
+def test_a_stored_decode_record_reprices_its_predictions_without_a_trace(tmp_path: Path, study: str) -> None:
+    """Decode records keep no trace; their decode-model fields still follow the committed profile."""
+    source = sorted(RESULTS.glob(f"{study}/*/result.json"))[0].parent
+    assert not (source / "trace.npz").exists()
+    run = tmp_path / source.name
+    shutil.copytree(source, run)
+    stored = json.loads((run / "result.json").read_text())
+    modelled = [k for k, v in stored.items() if k.startswith("predicted_") and isinstance(v, float)]
+    assert "predicted_tpot_p50_s" in modelled
+    (run / "result.json").write_text(json.dumps({**stored, **dict.fromkeys(modelled, -1.0)}))
+
+    assert not reprice(run)  # no trace, no predictions asked for: nothing to re-price
+    assert reprice(run, with_predictions=True)
+
+    again = json.loads((run / "result.json").read_text())
+    for key in modelled:
+        assert again[key] == pytest.approx(stored[key], rel=1e-9), key

@@ -4,7 +4,8 @@ The timeline is a model: the same traced step replayed with the current code and
 profile gives its current numbers, with no step run again. For every record of the folders
 given that has a trace.npz, its ``timeline_*`` fields (and ``timeline_step_time_error`` where it
 was measured) are recomputed on the record's own ``timeline_hardware``. ``--predictions`` also
-recomputes the analytic model's ``predicted_*`` fields on the record's ``predicted_hardware``:
+recomputes the analytic model's ``predicted_*`` fields on the record's ``predicted_hardware``,
+traced or not (a decode record keeps no trace; the decode model prices it):
 only for folders whose steps the current code executed (the model describes the code as it is;
 a measured step of older code keeps the predictions made beside it).
 
@@ -27,13 +28,26 @@ from tspbench.sweep.store import write_json, write_tables
 
 
 def reprice(run: Path, with_predictions: bool = False) -> bool:
+    """Re-price one run's record in place: its timeline where it kept a trace, and with
+    ``with_predictions`` its model's fields (decode records keep no trace: only those). True
+    where anything was re-priced."""
     record_path, trace_path = run / "result.json", run / "trace.npz"
-    if not (record_path.is_file() and trace_path.is_file()):
+    if not record_path.is_file():
         return False
     record = json.loads(record_path.read_text())
-    if with_predictions and record.get("predicted_hardware"):
+    priced = with_predictions and bool(record.get("predicted_hardware"))
+    if priced:
         point = Point.from_json(json.loads((run / "point.json").read_text()))
         record.update(predictions(point.layout, point.workload, record, record["predicted_hardware"]))
+    if trace_path.is_file():
+        record = with_timeline(record, trace_path)
+    if priced or trace_path.is_file():
+        write_json(record_path, record)
+    return priced or trace_path.is_file()
+
+
+def with_timeline(record: dict, trace_path: Path) -> dict:
+    """``record`` with its ``timeline_*`` fields replayed again from ``trace_path``."""
     traces, _ = load_traces(trace_path)
     name = record.get("timeline_hardware") or "cpu"
     tl = timeline(traces, load_hardware(name), record["world_size"])
@@ -41,8 +55,7 @@ def reprice(run: Path, with_predictions: bool = False) -> bool:
     record.update({"timeline_hardware": name, **tl.to_record()})
     if record.get("step_time_s"):
         record["timeline_step_time_error"] = record["timeline_step_time_s"] / record["step_time_s"] - 1
-    write_json(record_path, record)
-    return True
+    return record
 
 
 def main() -> None:
