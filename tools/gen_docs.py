@@ -115,6 +115,34 @@ def ops_table() -> str:
     return "\n".join(rows)
 
 
+def ops_notes() -> str:
+    """What the op-level rows say: DP's row is calibrate's own measurement repeated; where the
+    replay's compute is high, its ranks sleep less than the measured ones."""
+    data = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
+    rows = {r["layout"].split("(")[0]: r for r in data["rows"]}
+    dp = rows["dp"]
+    runs = " and ".join(f"{p['elementwise']:.2f}" for p in dp["profiled_runs_s"])
+    high = [
+        r for r in data["rows"] if "schedule" in r and max(r["error"]["gemm"], r["error"]["attention"]) > 0.10
+    ]
+    if not high:
+        return ""
+    measured = [r["schedule"]["measured"]["blocked_s"] for r in high]
+    short = sorted(
+        1 - r["schedule"]["replayed"]["blocked_s"] / m for r, m in zip(high, measured, strict=True)
+    )
+    names = ", ".join(r["layout"].split("(")[0] for r in high)
+    return (
+        "The DP row is the step `calibrate` itself profiles to measure each kind's share of the host (dp 4, "
+        "small, 2K tokens), so its replayed seconds are priced from that very measurement; the check's two "
+        f"launches of the same step, minutes later, profiled its element-wise ops at {runs} s against the "
+        f"replay's {dp['replayed_s']['elementwise']:.2f} s. Where the replay's GEMM or attention is more than "
+        f"10% high ({names}), its ranks sleep on collectives {short[0]:.0%}-{short[-1]:.0%} less than the "
+        "measured ones (blocked, below): the replay has more ranks competing for the cores while one "
+        "computes than the host had."
+    )
+
+
 SCHEDULE_INTRO = (
     "Where each rank's unprofiled step went in the same runs, mean over the 4 ranks: busy is on a core or "
     "waiting for one (the replay's compute lane), blocked is asleep on a collective or a peer (the replay's "
@@ -965,6 +993,7 @@ VALUES: dict[str, Callable[[], str]] = {
     "step_table": step_table,
     "timeline_checks_table": timeline_checks_table,
     "step_notes": step_notes,
+    "ops_notes": ops_notes,
     "step_split_table": step_split_table,
     "repeat_spread": repeat_spread,
     "paper_scale_table": paper_scale_table,
