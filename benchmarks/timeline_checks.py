@@ -27,7 +27,7 @@ from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.timeline import Timeline, timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
-from tspbench.measure import opcosts
+from tspbench.measure import opcosts, schedstat
 from tspbench.report.tables import schedule_table
 
 LAYOUTS = [
@@ -82,18 +82,15 @@ def profiled_kinds(ranks: list[dict]) -> dict[str, float]:
 def measured_schedule(ranks: list[dict]) -> dict[str, float]:
     """Mean over ranks of an unprofiled step: wall, busy (on a core or waiting for one), asleep
     (blocked on a collective or a peer), and the CPU the rank's other (gloo's) threads ran."""
-    mean = {k: sum(r["schedule"][k] for r in ranks) / len(ranks) for k in ranks[0]["schedule"]}
-    busy = mean["on_cpu_s"] + mean["runqueue_s"]
-    return {"step_s": mean["wall_s"], "busy_s": busy, "blocked_s": mean["blocked_s"],
-            "runqueue_s": mean["runqueue_s"], "comm_threads_cpu_s": mean["comm_threads_cpu_s"]}  # fmt: skip
+    mean = schedstat.mean_over_ranks([r["schedule"] for r in ranks])
+    keys = ("busy_s", "blocked_s", "runqueue_s", "comm_threads_cpu_s")
+    return {"step_s": mean["wall_s"], **{k: mean[k] for k in keys}}
 
 
 def replayed_schedule(tl: Timeline) -> dict[str, float]:
     """The same in the replay, mean over ranks: the rank's end, its compute, the rest idle."""
-    record = tl.to_record()
-    ends = tl.rank_end_s
-    return {"step_s": sum(ends.values()) / len(ends), "busy_s": record["timeline_busy_s"],
-            "blocked_s": record["timeline_blocked_s"]}  # fmt: skip
+    step = sum(tl.rank_end_s.values()) / len(tl.rank_end_s)
+    return {"step_s": step, "busy_s": tl.mean_busy_s, "blocked_s": tl.mean_blocked_s}
 
 
 def table(rows: list[dict], hardware: str) -> str:

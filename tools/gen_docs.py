@@ -102,8 +102,8 @@ def ops_table() -> str:
         + ". The profiler's self time is wall-clock time, which on 4 ranks sharing 2 cores includes"
         " the time the process waited for a core.",
     ]
-    if all("repeat_spread" in r for r in data["rows"]):
-        spread = {k: max(r["repeat_spread"][k] for r in data["rows"]) for k in kinds}
+    spread = launch_spread(data["rows"])
+    if spread:
         rows[-1] += (
             f" Profiled seconds are the mean of {len(data['rows'][0]['profiled_runs_s'])} launches per layout,"
             " every other one in reverse layout order; the same layout's launches differ by up to "
@@ -113,6 +113,13 @@ def ops_table() -> str:
     if all("schedule" in r for r in data["rows"]):
         rows += ["", SCHEDULE_INTRO, "", schedule_table(data["rows"])]
     return "\n".join(rows)
+
+
+def launch_spread(rows: list[dict]) -> dict[str, float]:
+    """By kind, the most one layout's profiled launches differed (empty where a row kept one)."""
+    if not all("repeat_spread" in r for r in rows):
+        return {}
+    return {k: max(r["repeat_spread"][k] for r in rows) for k in ("gemm", "attention", "elementwise")}
 
 
 def ops_notes() -> str:
@@ -239,9 +246,9 @@ def step_split_table() -> str:
 
 def spread_note(ops: list[dict]) -> str:
     """How far one layout's two profiled launches were apart, by kind, where the check kept both."""
-    if not all("repeat_spread" in r for r in ops):
+    spread = launch_spread(ops)
+    if not spread:
         return ""
-    spread = {k: max(r["repeat_spread"][k] for r in ops) for k in ("gemm", "attention", "elementwise")}
     kind = max(spread, key=spread.__getitem__)
     return f" (one layout's two launches differ by up to {pct(spread[kind], False)}, {kind.replace('elementwise', 'element-wise')})"
 

@@ -35,15 +35,14 @@ def reprice(run: Path, with_predictions: bool = False) -> bool:
     if not record_path.is_file():
         return False
     record = json.loads(record_path.read_text())
-    priced = with_predictions and bool(record.get("predicted_hardware"))
+    priced, traced = with_predictions and bool(record.get("predicted_hardware")), trace_path.is_file()
+    if not (priced or traced):
+        return False
     if priced:
         point = Point.from_json(json.loads((run / "point.json").read_text()))
         record.update(predictions(point.layout, point.workload, record, record["predicted_hardware"]))
-    if trace_path.is_file():
-        record = with_timeline(record, trace_path)
-    if priced or trace_path.is_file():
-        write_json(record_path, record)
-    return priced or trace_path.is_file()
+    write_json(record_path, with_timeline(record, trace_path) if traced else record)
+    return True
 
 
 def with_timeline(record: dict, trace_path: Path) -> dict:

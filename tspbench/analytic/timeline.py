@@ -323,6 +323,16 @@ class Timeline:
     replay: Replay | None = None
     kind_s: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> kind -> kernel seconds
 
+    @property
+    def mean_busy_s(self) -> float:
+        """Mean over the replayed ranks of each one's default-stream compute."""
+        return sum(self.rank_compute_s.values()) / len(self.rank_compute_s)
+
+    @property
+    def mean_blocked_s(self) -> float:
+        """Mean over the replayed ranks of the rest of each one's step."""
+        return sum(self.rank_end_s[r] - c for r, c in self.rank_compute_s.items()) / len(self.rank_compute_s)
+
     def to_record(self, prefix: str = "timeline_") -> dict[str, object]:
         out: dict[str, object] = {
             f"{prefix}step_time_s": self.step_s,
@@ -331,10 +341,8 @@ class Timeline:
             f"{prefix}waits_on_peers_s": self.peers_s,
             f"{prefix}critical_rank": self.critical_rank,
         }
-        if self.rank_compute_s:  # mean over the replayed ranks: computing, and the rest of each one's step
-            n, ends = len(self.rank_compute_s), self.rank_end_s
-            out[f"{prefix}busy_s"] = sum(self.rank_compute_s.values()) / n
-            out[f"{prefix}blocked_s"] = sum(ends[r] - c for r, c in self.rank_compute_s.items()) / n
+        if self.rank_compute_s:
+            out[f"{prefix}busy_s"], out[f"{prefix}blocked_s"] = self.mean_busy_s, self.mean_blocked_s
         out.update({f"{prefix}exposed_{op}_s": v for op, v in sorted(self.exposed_s.items())})
         out.update({f"{prefix}hidden_fraction_{op}": v for op, v in sorted(self.hidden_fraction.items())})
         if self.weights_hidden_fraction is not None:
@@ -450,7 +458,7 @@ def summarize(replay: Replay, kinds: dict[int, dict[str, float]]) -> Timeline:
     weights = [0.0, 0.0]
     for st in states.values():
         busy = merged(st.busy)
-        for coll in set(st.coll_of.values()):
+        for coll in dict.fromkeys(st.coll_of.values()):  # issue order: sums that repeat bit for bit
             if not coll.scheduled or coll.seconds <= 0:
                 continue
             under = overlap(busy, coll.start, coll.end)

@@ -121,11 +121,11 @@ def clock_fields(clocks: list[dict[str, float] | None]) -> dict[str, float]:
     (tspbench.measure.schedstat): busy (on a core or waiting for one), of which waiting for a
     core, blocked (asleep on a collective or a peer), and what the ranks' other (gloo's) threads
     ran. Empty where any rank lacks the kernel's clocks (not Linux, or a GPU)."""
-    if not clocks or None in clocks:
+    mean = schedstat.mean_over_ranks(clocks)
+    if mean is None:
         return {}
-    mean = {k: sum(c[k] for c in clocks) / len(clocks) for k in clocks[0]}
     return {
-        "cpu_busy_s": mean["on_cpu_s"] + mean["runqueue_s"],
+        "cpu_busy_s": mean["busy_s"],
         "cpu_runqueue_s": mean["runqueue_s"],
         "cpu_blocked_s": mean["blocked_s"],
         "cpu_comm_threads_s": mean["comm_threads_cpu_s"],

@@ -220,8 +220,12 @@ def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str,
         spent.append(clocks.seconds)
     names = set().union(*profiles)
     seconds = {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}
-    schedule = None if None in spent else {k: statistics.median(s[k] for s in spent) for k in spent[0]}
-    return {"trace": trace, "seconds": seconds, "wall_s": statistics.median(walls), "schedule": schedule}
+    return {
+        "trace": trace,
+        "seconds": seconds,
+        "wall_s": statistics.median(walls),
+        "schedule": schedstat.median(spent),
+    }
 
 
 def profiled_kinds(layout: Layout, workload: Workload, repeats: int) -> dict[str, float]:

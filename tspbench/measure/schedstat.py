@@ -68,6 +68,15 @@ def median(samples: list[dict[str, float] | None]) -> dict[str, float] | None:
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}  # type: ignore[index]
 
 
+def mean_over_ranks(per_rank: list[dict[str, float] | None]) -> dict[str, float] | None:
+    """Each clock's mean over ranks, with busy (on a core or waiting for one) added; None if any
+    rank has no clocks."""
+    if not per_rank or None in per_rank:
+        return None
+    mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in per_rank[0]}  # type: ignore[index]
+    return {**mean, "busy_s": mean["on_cpu_s"] + mean["runqueue_s"]}
+
+
 class Spent:
     """A context manager: ``seconds`` is ``between`` its entry and exit (None off Linux)."""
 
