@@ -212,11 +212,28 @@ SPLIT_COLUMNS = (
 )
 
 
+def split_points() -> pd.DataFrame:
+    """The measured CPU points with both the measured and the replayed split of their step."""
+    df = pd.concat([step_errors("cpu_reference"), step_errors("cpu_out_of_sample")], ignore_index=True)
+    return df.dropna(subset=["cpu_busy_s", "timeline_busy_s"]).sort_values(["world_size", "seq_len"])
+
+
+def split_sentence() -> str:
+    """How far the replay's busy and blocked time are from the measured ones, median over points."""
+    df = split_points()
+    busy = (df["timeline_busy_s"] / df["cpu_busy_s"] - 1).median()
+    blocked = (df["timeline_blocked_s"] / df["cpu_blocked_s"] - 1).median()
+    return (
+        f"Over the {len(df)} measured CPU points (cpu_reference and cpu_out_of_sample) the replay's busy time is off by {pct(busy)} and its blocked time by "
+        f"{pct(blocked)} (medians): the larger miss is in the time a rank "
+        + ("sleeps on collectives and peers." if abs(blocked) > abs(busy) else "computes.")
+    )
+
+
 def step_split_table() -> str:
     """Per measured CPU point: where each rank's step went (Linux schedstat, mean over ranks)
     against the replay's mean compute and idle time, and what that says of the step's error."""
-    df = pd.concat([step_errors("cpu_reference"), step_errors("cpu_out_of_sample")], ignore_index=True)
-    df = df.dropna(subset=["cpu_busy_s", "timeline_busy_s"]).sort_values(["world_size", "seq_len"])
+    df = split_points()
     rows = [
         "| layout | tokens | step: measured / replayed | busy | blocked | waiting for a core (measured) "
         "| gloo threads' CPU (measured) |",
@@ -229,15 +246,11 @@ def step_split_table() -> str:
             + " | ".join(cells)
             + f" | {r['cpu_runqueue_s']:.2f} s | {r['cpu_comm_threads_s']:.2f} s |"
         )
-    busy = (df["timeline_busy_s"] / df["cpu_busy_s"] - 1).median()
-    blocked = (df["timeline_blocked_s"] / df["cpu_blocked_s"] - 1).median()
     comm_heavy = df[df["world_size"] > 1]
     share = (comm_heavy["cpu_comm_threads_s"] / comm_heavy["step_time_s"]).median()
     rows += [
         "",
-        f"Over these {len(df)} points the replay's busy time is off by {pct(busy)} and its blocked time by "
-        f"{pct(blocked)} (medians): the larger miss is in the time a rank "
-        + ("sleeps on collectives and peers." if abs(blocked) > abs(busy) else "computes.")
+        split_sentence()
         + f" Gloo's threads run for {share:.0%} of a multi-rank step (median), on the cores the ranks "
         "compute on; the replay gives communication no cores.",
     ]
@@ -1011,6 +1024,7 @@ VALUES: dict[str, Callable[[], str]] = {
     "step_notes": step_notes,
     "ops_notes": ops_notes,
     "step_split_table": step_split_table,
+    "split_sentence": split_sentence,
     "repeat_spread": repeat_spread,
     "paper_scale_table": paper_scale_table,
     "paper_scale_notes": paper_scale_notes,
