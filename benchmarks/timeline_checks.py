@@ -11,9 +11,11 @@ had, summed over ranks) against the profiled self seconds of every aten op of th
 over launches (an op the trace sees whole is timed by the profiler in the ops it calls). Beside
 it, where each rank's unprofiled step went (tspbench.measure.schedstat: on a core, waiting for
 one, asleep on a collective) against the replay's compute and idle time. The result goes to
-results/timeline_check/ops.json and ops.md.
+results/timeline_check/ops.json and ops.md, the first launch's traces to traces/<layout>.npz;
+``--reprice`` replays those again with the current code and profile, measuring nothing.
 
     python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3] [--runs 2]
+    python benchmarks/timeline_checks.py --reprice [--hardware cpu]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.timeline import Timeline, timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts, schedstat
 from tspbench.report.tables import schedule_table
@@ -49,24 +52,39 @@ TOLERANCE = 0.15
 
 
 def check(layout: Layout, runs: list[list[dict]], hardware: str) -> dict[str, object]:
-    """One layout's row from its ``runs`` (each: every rank's profiled_rank): the replay of the
-    first run's traces against the profiled self time by kind, the mean over runs, and how far
-    the runs are apart (the measurement's own repeatability on this host)."""
-    ranks = runs[0]
-    tl = timeline([r["trace"] for r in ranks], load_hardware(hardware), layout.world_size)
-    replayed = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
+    """One layout's row from its ``runs`` (each: every rank's profiled_rank): the profiled self
+    time by kind, mean over runs, how far the runs are apart (the measurement's own repeatability
+    on this host), and the replay of the first run's traces against it (``replayed``)."""
     passes = [profiled_kinds(run) for run in runs]
-    profiled = {k: statistics.mean(p[k] for p in passes) for k in KINDS}
-    errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
-    row = {"layout": layout.describe(), "replayed_s": replayed, "profiled_s": profiled, "error": errors,
-           "profiled_runs_s": passes}  # fmt: skip
+    row: dict[str, object] = {
+        "layout": layout.describe(),
+        "world_size": layout.world_size,
+        "profiled_s": {k: statistics.mean(p[k] for p in passes) for k in KINDS},
+        "profiled_runs_s": passes,
+    }
     if len(runs) > 1:
-        row["repeat_spread"] = {k: max(p[k] for p in passes) / min(p[k] for p in passes) - 1 for k in errors}
+        row["repeat_spread"] = {k: max(p[k] for p in passes) / min(p[k] for p in passes) - 1 for k in KINDS}
     if all(r["schedule"] for run in runs for r in run):
         measured = [measured_schedule(run) for run in runs]
-        mean = {k: statistics.mean(m[k] for m in measured) for k in measured[0]}
-        row["schedule"] = {"measured": mean, "replayed": replayed_schedule(tl)}
-    return row
+        row["schedule"] = {"measured": {k: statistics.mean(m[k] for m in measured) for k in measured[0]}}
+    return replayed(row, [r["trace"] for r in runs[0]], hardware)
+
+
+def replayed(row: dict, traces: list[RankTrace], hardware: str) -> dict:
+    """``row`` with the replay of ``traces`` on profile ``hardware``: kernel seconds by kind
+    against the profiled ones, and the replayed schedule beside the measured one."""
+    tl = timeline(traces, load_hardware(hardware), row["world_size"])
+    seconds = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
+    profiled = row["profiled_s"]
+    errors = {k: seconds[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
+    out = {**row, "replayed_s": seconds, "error": errors}
+    if "schedule" in row:
+        out["schedule"] = {**row["schedule"], "replayed": replayed_schedule(tl)}
+    return out
+
+
+def trace_path(out: Path, layout: str) -> Path:
+    return out / "traces" / f"{layout.replace(' ', '_').replace('(', '_').replace(')', '')}.npz"
 
 
 def profiled_kinds(ranks: list[dict]) -> dict[str, float]:
@@ -124,14 +142,8 @@ def table(rows: list[dict], hardware: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hardware", default="cpu")
-    parser.add_argument("--seq-len", type=int, default=2048)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=2, help="launches per layout (their spread is reported)")
-    parser.add_argument("--out", type=Path, default=Path("results/timeline_check"))
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> list[dict]:
+    """Trace and profile every layout in ``args.runs`` launches; keep the first launch's traces."""
     workload = Workload(ModelConfig.preset("small"), 1, args.seq_len, "train", "none", "float32")
     runs: dict[str, list[list[dict]]] = {layout.describe(): [] for layout in LAYOUTS}
     for n in range(args.runs):  # every other run in reverse order: the host's drift spreads over layouts
@@ -140,7 +152,28 @@ def main() -> None:
                            timeout=1800)  # fmt: skip
             runs[layout.describe()].append(ranks)
             print(f"run {n + 1}/{args.runs}: {layout.describe()}", flush=True)
-    rows = [check(layout, runs[layout.describe()], args.hardware) for layout in LAYOUTS]
+    for name, launches in runs.items():
+        save_traces(trace_path(args.out, name), [r["trace"] for r in launches[0]], {"layout": name})
+    return [check(layout, runs[layout.describe()], args.hardware) for layout in LAYOUTS]
+
+
+def reprice(args: argparse.Namespace) -> list[dict]:
+    """The stored rows replayed again from their stored traces (nothing measured)."""
+    stored = json.loads((args.out / "ops.json").read_text())["rows"]
+    traces = {row["layout"]: load_traces(trace_path(args.out, row["layout"]))[0] for row in stored}
+    return [replayed(row, traces[row["layout"]], args.hardware) for row in stored]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", default="cpu")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2, help="launches per layout (their spread is reported)")
+    parser.add_argument("--reprice", action="store_true", help="replay the stored traces; measure nothing")
+    parser.add_argument("--out", type=Path, default=Path("results/timeline_check"))
+    args = parser.parse_args()
+    rows = reprice(args) if args.reprice else measure(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ops.json").write_text(json.dumps({"hardware": args.hardware, "rows": rows}, indent=2))
     (args.out / "ops.md").write_text(table(rows, args.hardware))
