@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
-from tspbench.analytic.timeline import Timeline, timeline
+from tspbench.analytic.timeline import Costs, Timeline, kind_seconds, timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
@@ -48,6 +48,12 @@ SCHEDULE_INTRO = (
     "a core or waiting for one; blocked = asleep, on a collective or a peer) and replayed (busy = the "
     "compute lane; blocked = the rest):"
 )
+ONCORE_INTRO = (
+    "The same split in two: each op on a core (the replay's price of it on a device of its own, against "
+    "its measured on-core time: the rank thread's CPU clock around each op, tspbench.measure.opclock) "
+    "and how much longer it took on the wall than on a core (measured: the same ops' wall clock; "
+    "replayed: the share of the host the replay gave it):"
+)
 TOLERANCE = 0.15
 
 
@@ -62,6 +68,10 @@ def check(layout: Layout, runs: list[list[dict]], hardware: str) -> dict[str, ob
         "profiled_s": {k: statistics.mean(p[k] for p in passes) for k in KINDS},
         "profiled_runs_s": passes,
     }
+    if all("clocked" in r for run in runs for r in run):
+        for which, key in (("cpu", "oncore_s"), ("wall", "clocked_wall_s")):
+            clocked = [profiled_kinds(run, which) for run in runs]
+            row[key] = {k: statistics.mean(c[k] for c in clocked) for k in KINDS}
     if len(runs) > 1:
         row["repeat_spread"] = {k: max(p[k] for p in passes) / min(p[k] for p in passes) - 1 for k in KINDS}
     if all(r["schedule"] for run in runs for r in run):
@@ -73,11 +83,15 @@ def check(layout: Layout, runs: list[list[dict]], hardware: str) -> dict[str, ob
 def replayed(row: dict, traces: list[RankTrace], hardware: str) -> dict:
     """``row`` with the replay of ``traces`` on profile ``hardware``: kernel seconds by kind
     against the profiled ones, and the replayed schedule beside the measured one."""
-    tl = timeline(traces, load_hardware(hardware), row["world_size"])
+    hw = load_hardware(hardware)
+    tl = timeline(traces, hw, row["world_size"])
     seconds = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
     profiled = row["profiled_s"]
     errors = {k: seconds[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
     out = {**row, "replayed_s": seconds, "error": errors}
+    if "oncore_s" in row:
+        alone = [kind_seconds(t, Costs(hw, row["world_size"]), alone=True) for t in traces]
+        out["replayed_alone_s"] = {k: sum(a.get(k, 0.0) for a in alone) for k in KINDS}
     if "schedule" in row:
         out["schedule"] = {**row["schedule"], "replayed": replayed_schedule(tl)}
     return out
@@ -87,11 +101,12 @@ def trace_path(out: Path, layout: str) -> Path:
     return out / "traces" / f"{layout.replace(' ', '_').replace('(', '_').replace(')', '')}.npz"
 
 
-def profiled_kinds(ranks: list[dict]) -> dict[str, float]:
-    """Profiled self seconds by kind, summed over ranks."""
+def profiled_kinds(ranks: list[dict], clock: str = "") -> dict[str, float]:
+    """Profiled self seconds by kind, summed over ranks (``clock``: "wall" or "cpu", the ops'
+    seconds on that clock of tspbench.measure.opclock instead)."""
     out = dict.fromkeys(KINDS, 0.0)
     for r in ranks:
-        for kind, seconds in opcosts.kind_seconds(r["seconds"]).items():
+        for kind, seconds in opcosts.kind_seconds(r["clocked"][clock] if clock else r["seconds"]).items():
             if kind in out:
                 out[kind] += seconds
     return out
@@ -137,9 +152,33 @@ def table(rows: list[dict], hardware: str) -> str:
             f"Profiled seconds are the mean of {launches} launches per layout; the largest spread between "
             "them by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in spread.items()),
         ]
+    if all("replayed_alone_s" in r for r in rows):
+        lines += ["", ONCORE_INTRO, "", oncore_table(rows)]
     if all("schedule" in r for r in rows):
         lines += ["", SCHEDULE_INTRO, "", schedule_table(rows)]
     return "\n".join(lines) + "\n"
+
+
+def oncore_table(rows: list[dict]) -> str:
+    """Per layout and kind: the replay's seconds of a device of its own against the measured
+    on-core seconds, and the wall time over those: measured (clocked) and replayed."""
+    head = " | ".join(f"{k}: alone / on-core s (error), wall / on-core: measured, replayed" for k in KINDS)
+    lines = [f"| layout | {head} |", "|---|" + "---|" * len(KINDS)]
+    for r in rows:
+        cells = []
+        for k in KINDS:
+            alone, oncore, wall = r["replayed_alone_s"][k], r["oncore_s"][k], r["clocked_wall_s"][k]
+            cells.append(
+                f"{alone:.3f} / {oncore:.3f} ({alone / oncore - 1:+.1%}), "
+                f"{wall / oncore:.2f}x, {r['replayed_s'][k] / alone:.2f}x"
+            )
+        lines.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
+    worst = {k: max(abs(r["replayed_alone_s"][k] / r["oncore_s"][k] - 1) for r in rows) for k in KINDS}
+    return (
+        "\n".join(lines)
+        + "\n\nWorst |error| on a core by kind: "
+        + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())
+    )
 
 
 def measure(args: argparse.Namespace) -> list[dict]:

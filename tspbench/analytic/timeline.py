@@ -129,9 +129,10 @@ def kernel_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> np.nd
     return out
 
 
-def kind_seconds(trace: RankTrace, costs: Costs) -> dict[str, float]:
-    """The trace's kernel seconds by cost class (what the op-level check compares)."""
-    seconds, ev = kernel_seconds(trace, costs), trace.events
+def kind_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> dict[str, float]:
+    """The trace's kernel seconds by cost class (what the op-level check compares; ``alone``:
+    each op on a device of its own)."""
+    seconds, ev = kernel_seconds(trace, costs, alone), trace.events
     return {CLASS_NAMES[c]: float(seconds[ev["cls"] == c].sum()) for c in (GEMM, ATTENTION, ELEMENTWISE)}
 
 

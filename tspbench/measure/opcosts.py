@@ -31,6 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
 from tspbench.measure import schedstat
+from tspbench.measure.opclock import OpClock
 from tspbench.measure.runner import RankRun
 from tspbench.measure.trace import StepRecorder
 
@@ -67,6 +68,13 @@ def profiled(step: Callable[[], object]) -> dict[str, float]:
         if event.key.startswith("aten::"):
             out[event.key.removeprefix("aten::")] += event.self_cpu_time_total * 1e-6
     return dict(out)
+
+
+def clocked(step: Callable[[], object]) -> dict[str, dict[str, float]]:
+    """Wall and on-core seconds of every aten op of one ``step()``, by name (tspbench.measure.opclock)."""
+    with OpClock() as clock:
+        step()
+    return {"wall": dict(clock.wall_s), "cpu": dict(clock.cpu_s)}
 
 
 def totals(trace: RankTrace, seconds: dict[str, float]) -> dict[str, OpTotals]:
@@ -135,8 +143,7 @@ def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
         step()
         walls.append(time.perf_counter() - start)
         profiles.append(profiled(step))
-    names = set().union(*profiles)
-    seconds = {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}
+    seconds = _medians(profiles)
     ops = totals(trace, seconds)
     overhead, bandwidth = fit_elementwise(ops)
     elementwise = {n: t for n, t in ops.items() if op_class(n) == ELEMENTWISE and t.seconds > 0}
@@ -203,29 +210,37 @@ def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[s
 
 
 def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str, object]:
-    """On every rank of a launched world: a traced step, the median profiled self time by op name
-    over ``repeats`` steps (after two warm-up steps), for the op-level check, and the median
-    unprofiled step's wall time and where it went (tspbench.measure.schedstat; None off Linux)."""
+    """On every rank of a launched world: a traced step, then ``repeats`` times (after two
+    warm-up steps) a profiled step, a clocked one (each op's wall and on-core time,
+    tspbench.measure.opclock) and an unprofiled one (its wall time and where it went,
+    tspbench.measure.schedstat; None off Linux). The medians: self time by op name, clocked
+    seconds by op name, the unprofiled step."""
     run = RankRun(layout, workload)
     run.step()
     run.step()
     trace = traced(run.step, dist.get_rank() if dist.is_initialized() else 0)
-    profiles, walls, spent = [], [], []
+    profiles, clocks, walls, spent = [], [], [], []
     for _ in range(repeats):
         profiles.append(profiled(run.step))
+        clocks.append(clocked(run.step))
         start = time.perf_counter()
-        with schedstat.Spent() as clocks:
+        with schedstat.Spent() as where:
             run.step()
         walls.append(time.perf_counter() - start)
-        spent.append(clocks.seconds)
-    names = set().union(*profiles)
-    seconds = {n: statistics.median(p.get(n, 0.0) for p in profiles) for n in names}
+        spent.append(where.seconds)
     return {
         "trace": trace,
-        "seconds": seconds,
+        "seconds": _medians(profiles),
+        "clocked": {which: _medians([c[which] for c in clocks]) for which in ("wall", "cpu")},
         "wall_s": statistics.median(walls),
         "schedule": schedstat.median(spent),
     }
+
+
+def _medians(by_name: list[dict[str, float]]) -> dict[str, float]:
+    """Per name, the median over the dicts (0 where a dict lacks it)."""
+    names = set().union(*by_name)
+    return {n: statistics.median(d.get(n, 0.0) for d in by_name) for n in names}
 
 
 def profiled_kinds(layout: Layout, workload: Workload, repeats: int) -> dict[str, float]:
