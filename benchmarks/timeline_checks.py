@@ -14,7 +14,13 @@ one, asleep on a collective) against the replay's compute and idle time. The res
 results/timeline_check/ops.json and ops.md, the first launch's traces to traces/<layout>.npz;
 ``--reprice`` replays those again with the current code and profile, measuring nothing.
 
+With ``--calibrate PATH`` it first measures this host into a profile (tspbench calibrate, the
+settings of the committed ``cpu`` profile) and prices the replay with that: this host's speed
+drifts by a third from day to day, and the profile a check is priced on should be measured with
+the host in the state the check finds it, as the step-level studies' is.
+
     python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3] [--runs 2]
+                                         [--calibrate results/timeline_check/cpu_same_run.yaml]
     python benchmarks/timeline_checks.py --reprice [--hardware cpu]
 """
 
@@ -23,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
@@ -31,7 +39,7 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts, schedstat
-from tspbench.report.tables import schedule_table
+from tspbench.report.tables import oncore_table, oncore_worst, schedule_table
 
 LAYOUTS = [
     Layout("dp", dp=4),
@@ -153,32 +161,12 @@ def table(rows: list[dict], hardware: str) -> str:
             "them by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in spread.items()),
         ]
     if all("replayed_alone_s" in r for r in rows):
-        lines += ["", ONCORE_INTRO, "", oncore_table(rows)]
+        worst = oncore_worst(rows)
+        lines += ["", ONCORE_INTRO, "", oncore_table(rows), "", "Worst |error| on a core by kind: "
+                  + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())]  # fmt: skip
     if all("schedule" in r for r in rows):
         lines += ["", SCHEDULE_INTRO, "", schedule_table(rows)]
     return "\n".join(lines) + "\n"
-
-
-def oncore_table(rows: list[dict]) -> str:
-    """Per layout and kind: the replay's seconds of a device of its own against the measured
-    on-core seconds, and the wall time over those: measured (clocked) and replayed."""
-    head = " | ".join(f"{k}: alone / on-core s (error), wall / on-core: measured, replayed" for k in KINDS)
-    lines = [f"| layout | {head} |", "|---|" + "---|" * len(KINDS)]
-    for r in rows:
-        cells = []
-        for k in KINDS:
-            alone, oncore, wall = r["replayed_alone_s"][k], r["oncore_s"][k], r["clocked_wall_s"][k]
-            cells.append(
-                f"{alone:.3f} / {oncore:.3f} ({alone / oncore - 1:+.1%}), "
-                f"{wall / oncore:.2f}x, {r['replayed_s'][k] / alone:.2f}x"
-            )
-        lines.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
-    worst = {k: max(abs(r["replayed_alone_s"][k] / r["oncore_s"][k] - 1) for r in rows) for k in KINDS}
-    return (
-        "\n".join(lines)
-        + "\n\nWorst |error| on a core by kind: "
-        + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())
-    )
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
@@ -196,6 +184,14 @@ def measure(args: argparse.Namespace) -> list[dict]:
     return [check(layout, runs[layout.describe()], args.hardware) for layout in LAYOUTS]
 
 
+def calibrate(out: Path, seq_len: int) -> None:
+    """``tspbench calibrate`` with the committed cpu profile's settings, into ``out``."""
+    settings = ["--ranks", "4", "--model", "small", "--seq-len", str(seq_len), "--max-seq-len", "8192"]
+    command = [sys.executable, "-m", "tspbench", "calibrate", *settings, "--name", out.stem]
+    command += ["--out", str(out)]
+    subprocess.run(command, check=True)
+
+
 def reprice(args: argparse.Namespace) -> list[dict]:
     """The stored rows replayed again from their stored traces (nothing measured)."""
     stored = json.loads((args.out / "ops.json").read_text())["rows"]
@@ -211,7 +207,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="launches per layout (their spread is reported)")
     parser.add_argument("--reprice", action="store_true", help="replay the stored traces; measure nothing")
     parser.add_argument("--out", type=Path, default=Path("results/timeline_check"))
+    parser.add_argument("--calibrate", type=Path, help="calibrate a profile here first; price with it")
     args = parser.parse_args()
+    if args.calibrate and not args.reprice:
+        calibrate(args.calibrate, args.seq_len)
+        args.hardware = str(args.calibrate)
     rows = reprice(args) if args.reprice else measure(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ops.json").write_text(json.dumps({"hardware": args.hardware, "rows": rows}, indent=2))

@@ -27,7 +27,7 @@ from tspbench.core.fields import markdown_table
 from tspbench.core.spec import ModelConfig
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
-from tspbench.report.tables import schedule_table
+from tspbench.report.tables import oncore_table, oncore_worst, schedule_table
 from tspbench.sweep.store import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,9 +110,31 @@ def ops_table() -> str:
             + ", ".join(f"{pct(v, False)} ({k})" for k, v in spread.items())
             + "."
         )
+    if all("oncore_s" in r for r in data["rows"]):
+        rows += ["", ONCORE_INTRO, "", oncore_table(data["rows"])]
     if all("schedule" in r for r in data["rows"]):
         rows += ["", SCHEDULE_INTRO, "", schedule_table(data["rows"])]
     return "\n".join(rows)
+
+
+ONCORE_INTRO = (
+    "The same ops split in two, in the same launches: the time each kind spent on a core (the rank "
+    "thread's CPU clock around each op the trace records, tspbench.measure.opclock) against the replay's "
+    "price of the same ops on a device of their own, and how much longer they took on the wall than on a "
+    "core (measured: the same ops' wall clock; replayed: the share of the host the replay gave the kind). "
+    "The first tests the per-op prices, the second how the replay shares the host's cores:"
+)
+
+
+def oncore_note(ops: list[dict]) -> str:
+    """The op-level row's on-core split, where the check measured it."""
+    if not all("oncore_s" in r for r in ops):
+        return ""
+    worst = oncore_worst(ops)
+    return (
+        f"; on a core (tspbench.measure.opclock): GEMM {pct(worst['gemm'], False)}, attention "
+        f"{pct(worst['attention'], False)}, element-wise {pct(worst['elementwise'], False)}"
+    )
 
 
 def launch_spread(rows: list[dict]) -> dict[str, float]:
@@ -288,7 +310,8 @@ def timeline_checks_table() -> str:
         "| op level: replayed compute by kind against torch.profiler (small, world 4, every strategy, "
         "2K tokens; results/timeline_check/ops.md) | each kind within 15% | worst GEMM "
         f"{pct(worst['gemm'], False)}, attention {pct(worst['attention'], False)}, element-wise "
-        f"{pct(worst['elementwise'], False)}{spread_note(ops)} | {holds(max(worst.values()) <= 0.15)} |",
+        f"{pct(worst['elementwise'], False)}{spread_note(ops)}{oncore_note(ops)} | "
+        f"{holds(max(worst.values()) <= 0.15)} |",
         "| step level: results/cpu_reference | every point within 20%, median at most the analytic "
         f"model's, pairs more than 15% apart ordered right | {within} of {len(ref)} within 20%; median "
         f"{ref['timeline'].abs().median():.1%} against {ref['analytic'].abs().median():.1%}; {right} of {total} "

@@ -68,3 +68,31 @@ def schedule_table(rows: list[dict]) -> str:
         cells += [f"{m['runqueue_s']:.2f} s", f"{m['comm_threads_cpu_s']:.2f} s"]
         out.append(f"| {r['layout']} | " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+KIND_NAMES = {"gemm": "GEMM", "attention": "attention", "elementwise": "element-wise"}
+
+
+def oncore_table(rows: list[dict]) -> str:
+    """Each kind's seconds on a core and its wait for one, as GitHub Markdown: one row per layout
+    and kind of the op-level check's rows (seconds summed over ranks). On a core: the replay's
+    price of each op on a device of its own against the ops' measured on-core time
+    (tspbench.measure.opclock); wall over on-core: measured (the same ops' wall clock) and
+    replayed (the share of the host the replay gave the kind)."""
+    out = [
+        "| layout | kind | on a core: replayed alone / measured s (error) "
+        "| wall / on-core: measured, replayed |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        for kind, name in KIND_NAMES.items():
+            alone, oncore = r["replayed_alone_s"][kind], r["oncore_s"][kind]
+            waits = f"{r['clocked_wall_s'][kind] / oncore:.2f}x, {r['replayed_s'][kind] / alone:.2f}x"
+            core = f"{alone:.3f} / {oncore:.3f} ({alone / oncore - 1:+.1%})"
+            out.append(f"| {r['layout']} | {name} | {core} | {waits} |")
+    return "\n".join(out)
+
+
+def oncore_worst(rows: list[dict]) -> dict[str, float]:
+    """By kind, the largest |error| on a core over the op-level check's rows."""
+    return {k: max(abs(r["replayed_alone_s"][k] / r["oncore_s"][k] - 1) for r in rows) for k in KIND_NAMES}
