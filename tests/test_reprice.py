@@ -4,6 +4,8 @@ model that is not followed by re-pricing the stored results fails here."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -51,3 +53,23 @@ def test_a_stored_decode_record_reprices_its_predictions_without_a_trace(tmp_pat
     again = json.loads((run / "result.json").read_text())
     for key in modelled:
         assert again[key] == pytest.approx(stored[key], rel=1e-9), key
+
+
+def test_the_stored_op_level_check_replays_to_itself(tmp_path: Path) -> None:
+    """benchmarks/timeline_checks.py --reprice: the committed op-level rows are what the stored
+    traces replay to with the code as it is, on the profile the check calibrated in its run."""
+    script = RESULTS.parent / "benchmarks" / "timeline_checks.py"
+    spec = importlib.util.spec_from_file_location("timeline_checks", script)
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    stored = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
+    profile = RESULTS.parent / stored["hardware"]
+    args = argparse.Namespace(out=RESULTS / "timeline_check", hardware=str(profile))
+
+    again = checks.reprice(args)
+
+    assert [r["layout"] for r in again] == [r["layout"] for r in stored["rows"]]
+    for new, old in zip(again, stored["rows"], strict=True):
+        for field in ("replayed_s", "replayed_alone_s", "error"):
+            assert new[field] == pytest.approx(old[field], rel=1e-9), (old["layout"], field)
+        assert new["schedule"]["replayed"] == pytest.approx(old["schedule"]["replayed"], rel=1e-9)
