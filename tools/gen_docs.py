@@ -191,7 +191,8 @@ def oncore_note(ops: list[dict]) -> str:
         return ""
     worst = oncore_worst(ops)
     return (
-        f"; on a core (tspbench.measure.opclock): GEMM {pct(worst['gemm'], False)}, attention "
+        f"; the per-op prices against each op's on-core time (tspbench.measure.opclock): worst GEMM "
+        f"{pct(worst['gemm'], False)}, attention "
         f"{pct(worst['attention'], False)}, element-wise {pct(worst['elementwise'], False)}"
     )
 
@@ -344,7 +345,7 @@ def spread_note(ops: list[dict]) -> str:
     if not spread:
         return ""
     kind = max(spread, key=spread.__getitem__)
-    return f" (one layout's two launches differ by up to {pct(spread[kind], False)}, {kind.replace('elementwise', 'element-wise')})"
+    return f" (one layout's two launches differ by up to {pct(spread[kind], False)}, {KIND_LABELS[kind]})"
 
 
 def timeline_checks_table() -> str:
