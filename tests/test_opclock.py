@@ -12,7 +12,9 @@ import time
 import pytest
 import torch
 
+from tspbench.core.trace import COMPUTE
 from tspbench.measure.opclock import OpClock
+from tspbench.measure.trace import StepRecorder
 
 GEMMS = 30
 
@@ -56,3 +58,26 @@ def test_an_op_sharing_its_core_with_a_spinning_process_waits_about_as_long_as_i
     # two on one core: each gets about half of it (a test running beside this one only adds waits)
     assert shared.wall_s["mm"] / shared.cpu_s["mm"] > 1.5
     assert shared.cpu_s["mm"] == pytest.approx(alone.cpu_s["mm"], rel=0.5)  # the same work on a core
+
+
+def test_the_clock_times_exactly_the_ops_the_trace_prices() -> None:
+    """The op-level check's on-core split holds the replay's price of the traced ops against their
+    clocked time, kind by kind: the clock must see the same ops, each whole. torch.profiler does
+    not: it splits the zero-fill of nll_loss_backward's output into a ``fill_`` the trace never
+    records."""
+    logits = torch.randn(64, 512, requires_grad=True)
+    target = torch.randint(0, 512, (64,))
+
+    def step() -> None:
+        logits.grad = None
+        torch.nn.functional.cross_entropy(torch.relu(logits), target).backward()
+
+    with StepRecorder(0) as recorder:
+        step()
+    trace = recorder.trace()
+    traced = {trace.names[i] for i in trace.events[trace.events["kind"] == COMPUTE]["name"]}
+    with OpClock() as clock:
+        step()
+
+    assert "nll_loss_backward" in traced and "fill_" not in traced
+    assert set(clock.wall_s) == traced
