@@ -184,6 +184,24 @@ def timer_gap() -> str:
 
 KIND_LABELS = {"gemm": "GEMM", "attention": "attention", "elementwise": "element-wise"}
 
+# Element-wise ops whose work torch.profiler books to an op they call, which the trace never
+# records: nll_loss_backward zeroes its output in a fill_ (tests/test_opclock.py), rsub subtracts
+# in a sub.
+SPLIT_BY_PROFILER = ("nll_loss_backward", "rsub")
+
+
+def split_ops() -> str:
+    """The CPU profile's per-op bandwidths of the ops torch.profiler splits from their work."""
+    hw = load_hardware("cpu")
+    rates = ", ".join(f"`{n}` {hw.elementwise_by_op[n]:,.0f} GB/s" for n in SPLIT_BY_PROFILER)
+    return (
+        f"- calibrate times each element-wise op by torch.profiler's self time, which books some ops' work "
+        f"to the ops they call, ops the trace never records: the CPU profile gives {rates} against "
+        f"{hw.hbm_bandwidth_gbs:.0f} GB/s of memory bandwidth, so the replay prices those ops at almost "
+        "nothing. Timing each op whole (tspbench.measure.opclock) would count it where the trace does; the "
+        "profile has not been calibrated that way."
+    )
+
 
 def oncore_note(ops: list[dict]) -> str:
     """The op-level row's on-core split, where the check measured it."""
@@ -1108,6 +1126,7 @@ VALUES: dict[str, Callable[[], str]] = {
     "step_notes": step_notes,
     "ops_notes": ops_notes,
     "timer_gap": timer_gap,
+    "split_ops": split_ops,
     "step_split_table": step_split_table,
     "split_sentence": split_sentence,
     "repeat_spread": repeat_spread,
