@@ -33,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.timeline import Costs, Timeline, kind_seconds, timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
@@ -65,11 +65,11 @@ ONCORE_INTRO = (
 TOLERANCE = 0.15
 
 
-def check(layout: Layout, runs: list[list[dict]], hardware: str) -> dict[str, object]:
+def check(layout: Layout, runs: list[list[dict]], hw: Hardware) -> dict[str, object]:
     """One layout's row from its ``runs`` (each: every rank's profiled_rank): the profiled self
     time by kind, mean over runs, how far the runs are apart (the measurement's own repeatability
     on this host), and the replay of the first run's traces against it (``replayed``)."""
-    passes = [profiled_kinds(run) for run in runs]
+    passes = [kind_totals(run) for run in runs]
     row: dict[str, object] = {
         "layout": layout.describe(),
         "world_size": layout.world_size,
@@ -78,20 +78,19 @@ def check(layout: Layout, runs: list[list[dict]], hardware: str) -> dict[str, ob
     }
     if all("clocked" in r for run in runs for r in run):
         for which, key in (("cpu", "oncore_s"), ("wall", "clocked_wall_s")):
-            clocked = [profiled_kinds(run, which) for run in runs]
+            clocked = [kind_totals(run, which) for run in runs]
             row[key] = {k: statistics.mean(c[k] for c in clocked) for k in KINDS}
     if len(runs) > 1:
         row["repeat_spread"] = {k: max(p[k] for p in passes) / min(p[k] for p in passes) - 1 for k in KINDS}
     if all(r["schedule"] for run in runs for r in run):
         measured = [measured_schedule(run) for run in runs]
         row["schedule"] = {"measured": {k: statistics.mean(m[k] for m in measured) for k in measured[0]}}
-    return replayed(row, [r["trace"] for r in runs[0]], hardware)
+    return replayed(row, [r["trace"] for r in runs[0]], hw)
 
 
-def replayed(row: dict, traces: list[RankTrace], hardware: str) -> dict:
-    """``row`` with the replay of ``traces`` on profile ``hardware``: kernel seconds by kind
-    against the profiled ones, and the replayed schedule beside the measured one."""
-    hw = load_hardware(hardware)
+def replayed(row: dict, traces: list[RankTrace], hw: Hardware) -> dict:
+    """``row`` with the replay of ``traces`` on ``hw``: kernel seconds by kind against the
+    profiled ones, and the replayed schedule beside the measured one."""
     tl = timeline(traces, hw, row["world_size"])
     seconds = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
     profiled = row["profiled_s"]
@@ -109,7 +108,7 @@ def trace_path(out: Path, layout: str) -> Path:
     return out / "traces" / f"{layout.replace(' ', '_').replace('(', '_').replace(')', '')}.npz"
 
 
-def profiled_kinds(ranks: list[dict], clock: str = "") -> dict[str, float]:
+def kind_totals(ranks: list[dict], clock: str = "") -> dict[str, float]:
     """Profiled self seconds by kind, summed over ranks (``clock``: "wall" or "cpu", the ops'
     seconds on that clock of tspbench.measure.opclock instead)."""
     out = dict.fromkeys(KINDS, 0.0)
@@ -181,7 +180,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
             print(f"run {n + 1}/{args.runs}: {layout.describe()}", flush=True)
     for name, launches in runs.items():
         save_traces(trace_path(args.out, name), [r["trace"] for r in launches[0]], {"layout": name})
-    return [check(layout, runs[layout.describe()], args.hardware) for layout in LAYOUTS]
+    hw = load_hardware(args.hardware)
+    return [check(layout, runs[layout.describe()], hw) for layout in LAYOUTS]
 
 
 def calibrate(out: Path, seq_len: int) -> None:
@@ -196,7 +196,8 @@ def reprice(args: argparse.Namespace) -> list[dict]:
     """The stored rows replayed again from their stored traces (nothing measured)."""
     stored = json.loads((args.out / "ops.json").read_text())["rows"]
     traces = {row["layout"]: load_traces(trace_path(args.out, row["layout"]))[0] for row in stored}
-    return [replayed(row, traces[row["layout"]], args.hardware) for row in stored]
+    hw = load_hardware(args.hardware)
+    return [replayed(row, traces[row["layout"]], hw) for row in stored]
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from tspbench.core.fields import markdown_table
 from tspbench.core.spec import ModelConfig
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
-from tspbench.report.tables import oncore_table, oncore_worst, schedule_table
+from tspbench.report.tables import KIND_NAMES, oncore_table, oncore_worst, schedule_table
 from tspbench.sweep.store import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,8 +85,14 @@ def tokens(n: int) -> str:
 # ----------------------------------------------------------------------------- time model checks
 
 
+@cache
+def op_check() -> dict:
+    """The op-level check's stored result (results/timeline_check/ops.json), read once."""
+    return json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
+
+
 def ops_table() -> str:
-    data = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
+    data = op_check()
     kinds = ("gemm", "attention", "elementwise")
     rows = ["| layout | GEMM | attention | element-wise |", "|---|---|---|---|"]
     for r in data["rows"]:
@@ -159,7 +165,7 @@ def oncore_sentence(ops: list[dict]) -> str:
 def timer_gap() -> str:
     """How far torch.profiler's self time and OpClock's wall clock of the same ops, in the same
     launches, are apart by kind (largest over layouts): what the op-level check can resolve here."""
-    ops = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())["rows"]
+    ops = op_check()["rows"]
     if not all("clocked_wall_s" in r for r in ops):
         return ""
     gap = {
@@ -171,18 +177,16 @@ def timer_gap() -> str:
         "- The op-level check asks for 15%, which this host does not resolve: two timers of the same ops, in "
         "consecutive steps of the same launches (torch.profiler's self time and tspbench.measure.opclock's wall "
         "clock), differ by up to "
-        + ", ".join(f"{pct(v, False)} ({KIND_LABELS[k]})" for k, v in gap.items())
+        + ", ".join(f"{pct(v, False)} ({KIND_NAMES[k]})" for k, v in gap.items())
         + (
             ", and one layout's two launches by up to "
-            + ", ".join(f"{pct(v, False)} ({KIND_LABELS[k]})" for k, v in spread.items())
+            + ", ".join(f"{pct(v, False)} ({KIND_NAMES[k]})" for k, v in spread.items())
             if spread
             else ""
         )
         + "."
     )
 
-
-KIND_LABELS = {"gemm": "GEMM", "attention": "attention", "elementwise": "element-wise"}
 
 # Element-wise ops whose work torch.profiler books to an op they call, which the trace never
 # records: nll_loss_backward zeroes its output in a fill_ (tests/test_opclock.py), rsub subtracts
@@ -225,7 +229,7 @@ def launch_spread(rows: list[dict]) -> dict[str, float]:
 def ops_notes() -> str:
     """What the op-level rows say: DP's row is calibrate's own measurement repeated; where the
     replay's compute is high, its ranks sleep less than the measured ones."""
-    data = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
+    data = op_check()
     rows = {r["layout"].split("(")[0]: r for r in data["rows"]}
     dp = rows["dp"]
     runs = " and ".join(f"{p['elementwise']:.2f}" for p in dp["profiled_runs_s"])
@@ -363,12 +367,12 @@ def spread_note(ops: list[dict]) -> str:
     if not spread:
         return ""
     kind = max(spread, key=spread.__getitem__)
-    return f" (one layout's two launches differ by up to {pct(spread[kind], False)}, {KIND_LABELS[kind]})"
+    return f" (one layout's two launches differ by up to {pct(spread[kind], False)}, {KIND_NAMES[kind]})"
 
 
 def timeline_checks_table() -> str:
     """Issue #21's four checks of the timeline, each with what it requires and what holds here."""
-    ops = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())["rows"]
+    ops = op_check()["rows"]
     worst = {k: max(abs(r["error"][k]) for r in ops) for k in ("gemm", "attention", "elementwise")}
     ref, oos = step_errors("cpu_reference"), step_errors("cpu_out_of_sample")
     right, total = ordered_pairs(ref, "timeline_step_time_s")
