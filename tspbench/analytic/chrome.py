@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tspbench.analytic.timeline import RankState, Timeline, op_times
+from tspbench.core.files import write_atomic
 from tspbench.core.trace import COMPUTE, VIEW
 
 LINK_TRACKS = {"node": 1000, "nic": 1001}
@@ -38,11 +39,7 @@ def write_chrome_trace(tl: Timeline, path: Path) -> Path:
     """The trace as JSON (gzip-compressed when ``path`` ends in .gz: both viewers open it)."""
     text = json.dumps(chrome_trace(tl), separators=(",", ":"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".gz":
-        path.write_bytes(gzip.compress(text.encode()))
-    else:
-        path.write_text(text)
-    return path
+    return write_atomic(path, gzip.compress(text.encode()) if path.suffix == ".gz" else text)
 
 
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, object]:

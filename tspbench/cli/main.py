@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line(exc: Exception) -> str:
     """'/proc/x: No such file or directory', not "[Errno 2] No such file or directory: '/proc/x'"."""
-    if isinstance(exc, OSError) and exc.filename is not None:
+    if isinstance(exc, OSError) and not isinstance(exc, UsageError) and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror}"
     return str(exc)
 

@@ -1,8 +1,11 @@
-"""``tspbench report RESULTS_DIR [--out DIR]``: summary tables and figures from stored records."""
+"""``tspbench report RESULTS_DIR [--out DIR]``: summary tables and figures from stored records.
+
+A damaged run folder or step trace is left out and named on stderr (exit 2); the rest is drawn."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tspbench.cli.args import output_path
@@ -26,4 +29,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         if out.skipped:
             print(f"  not drawn: {', '.join(out.skipped)}")
     print(f"index: {outputs.index}")
-    return 0
+    for problem in outputs.damaged:  # left out, the rest reported: exit 2, the store needs attention
+        print(f"skipped (damaged): {problem}", file=sys.stderr)
+    return 2 if outputs.damaged else 0

@@ -4,7 +4,9 @@ UsageError            bad input of any kind (a flag, a file, a value)
 ├── LayoutError       a layout that cannot run this workload (degrees, divisibility)
 ├── WorkloadError     a workload value out of range (dtype, mode, batch, sequence)
 ├── HardwareError     an unknown or malformed hardware profile
-└── ExperimentError   a bad experiment file or cluster profile (names the file and key)
+├── ExperimentError   a bad experiment file or cluster profile (names the file and key)
+├── OutputError       an output that could not be written (names the path and the reason)
+└── DamagedFileError  a stored file that does not read back (names the file)
 """
 
 from __future__ import annotations
@@ -28,3 +30,17 @@ class HardwareError(UsageError, ValueError):
 
 class ExperimentError(UsageError):
     """Bad experiment or cluster-profile input: one line naming the file and key path."""
+
+
+class OutputError(UsageError, OSError):
+    """An output that could not be written (a full disk, a read-only mount): one line naming the
+    path and the reason. Still an OSError, so code that handles a failed write keeps doing so.
+    Built as ``OutputError(errno, "cannot write PATH: REASON", PATH)``; prints as that line."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class DamagedFileError(UsageError, ValueError):
+    """A stored file (trace, record, profile, published runs) that does not read back: one line
+    naming the file and what is wrong with it; commands that read many skip it and say so."""

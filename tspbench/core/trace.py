@@ -25,12 +25,17 @@ exported as a Chrome trace. One row per event:
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from tspbench.core.errors import DamagedFileError
+from tspbench.core.files import write_atomic
 
 COMPUTE, ISSUE, WAIT, RECORD, STREAM, MARK = range(6)
 VIEW, GEMM, ATTENTION, ELEMENTWISE, COLLECTIVE = range(5)
@@ -61,6 +66,8 @@ ATTENTION_OPS = frozenset(
         "_scaled_dot_product_flash_attention_backward",
         "_scaled_dot_product_flash_attention_for_cpu",
         "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_cudnn_attention_backward",
         "_scaled_dot_product_efficient_attention",
         "_scaled_dot_product_efficient_attention_backward",
         "_flash_attention_forward",
@@ -146,16 +153,50 @@ def save_traces(path: Path, traces: list[RankTrace], meta: dict | None = None) -
     arrays = {f"rank{t.rank}": t.events for t in traces}
     tables = {"ranks": [t.tables() for t in traces], "meta": meta or {}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays, tables=np.frombuffer(json.dumps(tables).encode(), dtype=np.uint8))
-    return path
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays, tables=np.frombuffer(json.dumps(tables).encode(), dtype=np.uint8))
+    return write_atomic(path, buf.getvalue())
 
 
 def load_traces(path: Path) -> tuple[list[RankTrace], dict]:
-    """The traces and meta written by ``save_traces``."""
+    """The traces and meta written by ``save_traces``; a DamagedFileError naming ``path`` for
+    anything else (empty, truncated, flipped bytes, a Chrome trace where the .npz belongs)."""
+    chrome = _chrome_trace(path)
+    if path.is_file() and path.stat().st_size == 0:
+        raise DamagedFileError(f"{path}: an empty file, not a tspbench trace (.npz)")
+    if chrome:
+        raise DamagedFileError(
+            f"{path}: {chrome}, written for a viewer; replay needs the raw traces: write them with "
+            "bench --trace X.npz (or run.trace: true, which stores trace.npz beside the record)"
+        )
     try:
-        with np.load(path) as data:
+        with np.load(path, allow_pickle=False) as data:
             tables = json.loads(data["tables"].tobytes().decode())
             traces = [RankTrace.from_tables(t, data[f"rank{t['rank']}"]) for t in tables["ranks"]]
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{path}: not a tspbench trace ({exc})") from None
-    return traces, tables["meta"]
+            meta = tables["meta"]
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError, KeyError, TypeError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DamagedFileError(f"{path}: not a readable tspbench trace (.npz): {_reason(exc)}") from None
+    return traces, meta
+
+
+def _chrome_trace(path: Path) -> str:
+    """'a Chrome trace (JSON)' if ``path`` starts like one (or its gzip), else ''."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return ""
+    if head[:2] == b"\x1f\x8b":
+        return "a gzip file (a Chrome trace .json.gz?)"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "a Chrome trace (JSON)"
+    return ""
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if not text or "pickle" in text:
+        text = "empty or truncated" if isinstance(exc, EOFError) or not text else "not an .npz of arrays"
+    return text

@@ -15,9 +15,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from tspbench.core.files import write_atomic
 from tspbench.report import style as st
 from tspbench.report.bars import parity_axes
-from tspbench.sweep.store import write_atomic
 
 KINDS = {
     "assumed": "assumed profile (nothing fitted)",

@@ -25,11 +25,14 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
+from tspbench.core.errors import DamagedFileError
+from tspbench.core.files import write_atomic
 from tspbench.report import bars, decode, figures, gantt
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
-from tspbench.sweep.store import load, results_folder, write_atomic
+from tspbench.sweep.damage import RunFiles
+from tspbench.sweep.store import load, results_folder
 
 
 @dataclass
@@ -41,6 +44,7 @@ class ReportOutputs:
     tables: list[Path] = field(default_factory=list)
     figures: dict[str, list[Path]] = field(default_factory=dict)  # name -> [png, svg]
     skipped: dict[str, str] = field(default_factory=dict)  # name -> why the records do not support it
+    damaged: list[str] = field(default_factory=list)  # "PATH: problem" per stored file left out
     experiments: list[ReportOutputs] = field(default_factory=list)
 
 
@@ -57,14 +61,28 @@ def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
     results_dir = results_folder(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
     if is_experiment(results_dir):
-        return report_experiment(load(results_dir), out_dir, results_dir)
+        return readable_report(results_dir, out_dir)
     experiments = sorted(p for p in results_dir.iterdir() if p.is_dir() and is_experiment(p))
     if not experiments:
         raise FileNotFoundError(f"{results_dir}: no stored runs (no <run>/point.json here or one level down)")
-    children = [report_experiment(load(p), out_dir / p.name, p) for p in experiments]
+    children = [readable_report(p, out_dir / p.name) for p in experiments]
     lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
     write_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
-    return ReportOutputs(out_dir, out_dir / "report.md", experiments=children)
+    damaged = [d for c in children for d in c.damaged]
+    return ReportOutputs(out_dir, out_dir / "report.md", experiments=children, damaged=damaged)
+
+
+def readable_report(runs: Path, out_dir: Path) -> ReportOutputs:
+    """One experiment's report from the run folders that read back; a damaged one is left out
+    and named in ``damaged`` (one bad point does not stop the report of the others)."""
+    bad: list[RunFiles] = []
+    frame = load(runs, bad)
+    problems = [problem for files in bad for problem in files.problems]
+    if frame.empty and problems:
+        raise DamagedFileError(f"{runs}: no readable point; {problems[0]}")
+    outputs = report_experiment(frame, out_dir, runs)
+    outputs.damaged[:0] = problems
+    return outputs
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,7 @@ def report_experiment(frame: pd.DataFrame, out_dir: Path, runs: Path | None = No
             for ext in ("png", "svg"):  # a figure the records no longer support must not linger
                 with contextlib.suppress(FileNotFoundError):
                     (out_dir / f"{spec.name}.{ext}").unlink()
+    outputs.damaged += ctx.damaged
     write_atomic(outputs.index, index_text(df, ctx, outputs))
     return outputs
 

@@ -10,7 +10,7 @@ says which in every title.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,7 @@ class Context:
     noun: str  # "GPU" or "rank"
     strategies: list[str]  # every strategy in the records, so colors agree across figures
     executed: str = "measured"  # what the non-predicted numbers are: "measured" or "fake-world"
+    damaged: list[str] = field(default_factory=list)  # stored files a figure skipped ("PATH: why")
 
     def title(self, what: str, df: pd.DataFrame) -> str:
         fixed = [str(df[c].iloc[0]) for c in ("model", "mode", "dtype") if c in df and df[c].nunique() == 1]

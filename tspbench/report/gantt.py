@@ -35,6 +35,7 @@ from matplotlib.patches import Patch
 from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.timeline import Timeline, timeline
+from tspbench.core.errors import DamagedFileError
 from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
 from tspbench.report import style as st
 from tspbench.report.bars import op_colors
@@ -176,7 +177,14 @@ def timeline_gantt(df: pd.DataFrame, ctx: Context) -> Figure | None:
     """One panel per strategy: a layer's forward on rank 0 as the timeline replays the traced
     step; None when no completed point has a trace with layer marks."""
     rows = pick(df)
-    panels = [p for p in (panel(row, replay(row)) for _, row in rows.iterrows()) if p is not None]
+    panels = []
+    for _, row in rows.iterrows():
+        try:
+            tl = replay(row)
+        except DamagedFileError as exc:  # one damaged trace leaves its panel out, not the report
+            ctx.damaged.append(str(exc))
+            continue
+        panels += [p for p in (panel(row, tl),) if p is not None]
     return panels_figure(panels, ctx.noun, title(rows, ctx)) if panels else None
 
 

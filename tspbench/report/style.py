@@ -24,7 +24,7 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from tspbench.sweep.store import write_atomic
+from tspbench.core.files import write_atomic
 
 _CB = sns.color_palette("colorblind").as_hex()
 KNOWN_STRATEGIES = ("dp", "tp", "sp", "tp_sp", "tsp", "fsdp", "fsdp_sp")

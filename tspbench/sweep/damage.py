@@ -3,7 +3,7 @@
 A run folder's point.json, status.json and result.json (see tspbench.sweep.store) are written
 atomically, so they are never torn by tspbench itself; but a disk, a sync tool or a hand edit
 can still leave one that does not parse, or parses to the wrong shape. Such a folder is damaged:
-``status`` lists it, ``report`` refuses to draw from it, and ``run`` moves its files into
+``status`` lists it, ``report`` leaves it out and names it (exit 2), and ``run`` moves its files into
 ``corrupt-<time>/`` inside the folder (nothing is overwritten) and runs the point again.
 """
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tspbench.analytic.published import Published, fake_record_path
+from tspbench.core.files import write_atomic
 from tspbench.measure.fake import fake_bench
-from tspbench.sweep.store import write_atomic
 
 
 def execute_published(

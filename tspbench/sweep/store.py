@@ -34,7 +34,6 @@ import io
 import json
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -44,6 +43,7 @@ from typing import Any
 import pandas as pd
 
 from tspbench.core.errors import UsageError
+from tspbench.core.files import FILE_MODE, write_atomic
 from tspbench.core.names import AXES, FINAL_STATUSES, INTERRUPTED
 from tspbench.core.units import excerpt
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
@@ -51,35 +51,10 @@ from tspbench.sweep.owner import ELSEWHERE, GONE, owner_state, this_process
 
 LOCK_TIMEOUT_S = 30.0
 TABLES = ("records.csv", "records.parquet")
-_UMASK = os.umask(0o022)  # read once (os.umask can only be read by setting it) ...
-os.umask(_UMASK)  # ... and put back at once
-FILE_MODE = 0o666 & ~_UMASK  # what open() gives a new file; mkstemp's would be 0600
 
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write ``path`` so that a reader (or a crash) sees the old content or the new, never a mix."""
-    data = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def write_json(path: Path, data: Any) -> None:
