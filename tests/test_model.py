@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from tspbench.core.spec import ModelConfig, Workload
-from tspbench.model import layers
 from tspbench.model.layers import apply_rope, causal_attention, rms_norm, rope_tables, swiglu
 from tspbench.model.reference import Reference
 from tspbench.model.transformer import Transformer, reference_parameter
@@ -85,61 +84,6 @@ def test_query_chunk_inside_key_prefix_equals_rows_of_full(
     full = causal_attention(q, k, v)
     chunk = causal_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end])
     torch.testing.assert_close(chunk, full[:, :, start:end], rtol=1e-12, atol=1e-12)
-
-
-class MathFlash:
-    """The CUDA flash kernel's schema, computed with explicit softmax in float64, for documented
-    inputs only: no mask, or a causal square (a causal call with Sq != Sk is refused, since
-    backends disagree on its alignment). Its backward takes the o and lse it is given."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int, bool]] = []
-
-    def _probs(self, q, k, causal: bool, lse=None):
-        sq, sk = q.shape[-2], k.shape[-2]
-        assert not causal or sq == sk, f"causal flash call with Sq {sq} != Sk {sk}"
-        self.calls.append((sq, sk, causal))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-        if causal:
-            scores = scores.masked_fill(torch.ones(sq, sk, dtype=torch.bool).triu(1), float("-inf"))
-        lse = scores.logsumexp(-1) if lse is None else lse
-        return (scores - lse.unsqueeze(-1)).exp(), lse
-
-    def forward(self, q, k, v, dropout_p, is_causal):
-        assert dropout_p == 0.0
-        p, lse = self._probs(q, k, is_causal)
-        empty = torch.empty(0)
-        return p @ v, lse, empty, empty, q.shape[-2], k.shape[-2], empty, empty, empty
-
-    def backward(self, dout, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, seed, off):
-        p, _ = self._probs(q, k, is_causal, lse)
-        dp = dout @ v.transpose(-1, -2)
-        ds = p * (dp - (dout * out).sum(-1, keepdim=True)) / math.sqrt(q.shape[-1])
-        return ds @ k, ds.transpose(-1, -2) @ q, p.transpose(-1, -2) @ dout
-
-
-@pytest.mark.parametrize("sq, sk", [(4, 16), (8, 12), (1, 9)])
-def test_cuda_chunk_at_an_offset_calls_only_documented_flash_semantics_and_is_exact(
-    monkeypatch: pytest.MonkeyPatch, sq: int, sk: int
-) -> None:
-    """The CUDA path's split of a query chunk at an offset (layers.CUDA_FLASH: the key prefix
-    unmasked, the last Sq keys a causal square, merged by log-sum-exp; backward from the merged
-    o and lse), run on CPU with a math kernel of the flash op's schema: output and gradients
-    equal bottom-right causal attention written out, and no causal call is ever non-square."""
-    flash = MathFlash()
-    monkeypatch.setitem(layers.CUDA_FLASH_OPS, "forward", flash.forward)
-    monkeypatch.setitem(layers.CUDA_FLASH_OPS, "backward", flash.backward)
-    q = _randn(2, 4, sq, 8, seed=7).requires_grad_()
-    k, v = _randn(2, 2, sk, 8, seed=8).requires_grad_(), _randn(2, 2, sk, 8, seed=9).requires_grad_()
-    dout = _randn(2, 4, sq, 8, seed=10)
-    got = layers.LowerRightCausal.apply(q, layers.repeat_kv(k, 4), layers.repeat_kv(v, 4), layers.CUDA_FLASH)
-    grads = torch.autograd.grad(got, (q, k, v), dout)
-    want = _naive_causal(q, k, v)
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    for g, w in zip(grads, torch.autograd.grad(want, (q, k, v), dout), strict=True):
-        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
-    assert {c for *_, c in flash.calls} == {False, True}  # both halves, forward and backward
-    assert all(a == b for a, b, causal in flash.calls if causal)
 
 
 def test_query_longer_than_keys_is_rejected() -> None:

@@ -56,12 +56,14 @@ from tspbench.measure import simulated_gpu
 from tspbench.measure.flop_counter import register_cpu_attention_flops
 
 _DEVICE = torch.ops.prim.device.default
-# where is_causal sits among a flash op's positional arguments
+# where is_causal sits among an attention op's positional arguments
 _CAUSAL_ARG = {
     "_scaled_dot_product_flash_attention": 4,
     "_scaled_dot_product_flash_attention_for_cpu": 4,
     "_scaled_dot_product_flash_attention_backward": 11,
     "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+    "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_cudnn_attention_backward": 14,
 }
 _PHASE = {p: i for i, p in enumerate(PHASES)}
 
