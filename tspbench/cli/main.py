@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
 import tspbench
-from tspbench.cli import analytic, backtest, decode, measure, replay, report, sweep
 from tspbench.core.errors import UsageError
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -29,6 +29,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tspbench.cli import analytic, backtest, decode, measure, replay, report, sweep
+
     parser = OneLineParser(
         prog="tspbench",
         description="Benchmark transformer parallel layouts (dp, fsdp, fsdp_sp, tp, sp, tp_sp, tsp): check "
@@ -48,15 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(attach_dash_values(parser, argv))
+    command = "tspbench"
     try:
+        parser = build_parser()  # imports the commands' modules (torch): Ctrl-C may come here too
+        argv = list(sys.argv[1:] if argv is None else argv)
+        args = parser.parse_args(attach_dash_values(parser, argv))
+        command = f"tspbench {args.command}"
         with output_may_close():
             return args.func(args)
     except (UsageError, FileNotFoundError) as exc:
-        print(f"tspbench {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: what finished was written as it finished (run says more)
+        print(f"{command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _one_line(exc: Exception) -> str:

@@ -79,7 +79,24 @@ _PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "tspbench.measure.run
 def _context() -> mp.context.BaseContext:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
+    _start_forkserver()
     return ctx
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver deaf to Ctrl-C: the terminal sends SIGINT to every process of the
+    command, and one still importing torch would print a traceback under the caller's one line.
+    The caller handles the interrupt and kills the ranks (they inherit the same deafness)."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()  # signal handlers can be set from the main thread only
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _rank_main(
