@@ -63,8 +63,9 @@ def rank_bench(
     flops = run.counted_flops()  # counts as a warm-up step
     for _ in range(warmup - 1):
         run.step()
-    # the first tracked step is also traced (tspbench.measure.trace): its replay is the timeline
-    measured = [run.measured_step(capacity_bytes, trace=i == 0) for i in range(MEMORY_STEPS)]
+    # the first tracked step is also traced (tspbench.measure.trace): its replay is the timeline.
+    # Each step's output is released before the next starts (an inference step's is its logits).
+    measured = [run.measured_step(capacity_bytes, trace=i == 0).without_output() for i in range(MEMORY_STEPS)]
     clocks: list[dict[str, float] | None] = []
     times = [t for _ in range(repeats) for t in run.timed_steps(steps, clocks)]
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -79,6 +80,7 @@ def rank_bench(
         "flops": flops,
         "first_tracked_step": first_tracked_step(warmup, capacity_bytes),
         "trace": measured[0].trace,
+        "attention_kernels": measured[0].attention_kernels,
     }
 
 
@@ -102,6 +104,7 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         "model_flops_per_step": flops,
         "tflops_per_gpu": flops / median / layout.world_size / 1e12,
         "loss": ranks[0]["loss"],
+        "attention_kernel": attention_kernel_field(ranks),
         **top["memory"][step].to_record(),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": peaks,
@@ -114,6 +117,11 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         **comm_fields(busiest_comm(ranks)),
         **clock_fields([r.get("clocks") for r in ranks]),
     }
+
+
+def attention_kernel_field(ranks: list[dict]) -> str | None:
+    """The attention kernels the ranks' tracked step called (tspbench.model.attention), joined."""
+    return "+".join(sorted({k for r in ranks for k in r.get("attention_kernels", ())})) or None
 
 
 def clock_fields(clocks: list[dict[str, float] | None]) -> dict[str, float]:
@@ -194,6 +202,19 @@ def check_cache_fits(cache_bytes: int, capacity_bytes: int | None) -> None:
         )
 
 
+def decode_graphs_setting(workload: Workload, asked: bool | None) -> bool:
+    """Whether a point's decode steps replay CUDA graphs: asked for, else on CUDA; refused where
+    there is nothing to capture (not decode, or not CUDA)."""
+    if asked is None:
+        return workload.mode == "decode" and workload.device == "cuda"
+    if asked and (workload.mode != "decode" or workload.device != "cuda"):
+        raise WorkloadError(
+            "CUDA graphs replay decode steps on CUDA only "
+            f"(mode {workload.mode!r}, device {workload.device!r})"
+        )
+    return asked
+
+
 def bench(
     layout: Layout,
     workload: Workload,
@@ -204,13 +225,16 @@ def bench(
     timeout: float = 600.0,
     hardware: str | None = None,
     trace_path: Path | None = None,
+    decode_graphs: bool | None = None,
 ) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended). Every name is
     checked (layout, hardware profile) before any rank starts. ``trace_path``: where the traced
-    step goes (.npz, or a Chrome trace .json / .json.gz; see tspbench.measure.replayed)."""
+    step goes (.npz, or a Chrome trace .json / .json.gz; see tspbench.measure.replayed).
+    ``decode_graphs``: decode steps replayed as CUDA graphs (default: on CUDA; never elsewhere)."""
     cls = check_layout(layout, workload)
     load_hardware(hardware or "cpu")
     decode = workload.mode == "decode"
+    graphs = decode_graphs_setting(workload, decode_graphs)
     if decode:
         check_cache_fits(cls.for_analysis(layout, workload).cache_bytes(), capacity_bytes)
     record: dict[str, object] = {
@@ -220,6 +244,8 @@ def bench(
         "repeats": repeats,
         "capacity_bytes": capacity_bytes,
     }
+    if decode:
+        record["decode_cuda_graphs"] = graphs
     try:
         ranks = launch(
             rank_bench_decode if decode else rank_bench,
@@ -230,6 +256,7 @@ def bench(
             warmup,
             repeats,
             capacity_bytes,
+            *((graphs,) if decode else ()),
             device=workload.device,
             timeout=timeout,
         )
