@@ -25,6 +25,8 @@ from typing import Any
 from tspbench.core.errors import HardwareError
 from tspbench.core.yamlfile import read_yaml
 
+CUDA_KERNELS = ("cudnn", "flash")  # tspbench.model.attention.CUDA_KERNELS (analytic imports no torch)
+
 SHIPPED = Path(__file__).parent / "profiles"
 # Passes of element-wise traffic a step makes, for a profile that measured (calibrate) or fitted
 # (backtest --fit) them (tspbench.analytic.timing): over the activations a block computes, per
@@ -91,6 +93,10 @@ class Hardware:
     # it: the fake world and the model give allocated (live tensors); published runs often give
     # reserved (torchtitan logs max_reserved). 0: the profile assumes nothing is added.
     reserved_overhead_fraction: float = 0.0
+    # the attention kernel the device runs (tspbench.model.attention): "cudnn" (Hopper and newer
+    # NVIDIA GPUs with cuDNN) or "flash" (FlashAttention-2; ROCm's own flash); the fake world's
+    # simulated GPU calls it. None: not a GPU (CPU profiles)
+    attention_kernel: str | None = None
     description: str = ""
     sources: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
@@ -295,6 +301,9 @@ def _hardware(data: dict[str, Any]) -> Hardware:
         values[key] = _table(key, values.get(key))
     passes = values.get("elementwise_passes")
     values["elementwise_passes"] = _passes({} if passes is None else passes)
+    kernel = values.get("attention_kernel")
+    if kernel is not None and kernel not in CUDA_KERNELS:
+        raise _BadField(f"attention_kernel: must be one of {list(CUDA_KERNELS)}, got {kernel!r}")
     values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
     return Hardware(**values)
 

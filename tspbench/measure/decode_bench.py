@@ -5,13 +5,19 @@ with its FLOPs counted (FlopCounterMode, prefill and steps apart); ``warmup - 1`
 runs; one tracked run (collectives counted, peak memory by category with the KV cache as
 ``kv_cache``); then ``repeats x steps`` timed runs. A run is a whole decode: the prefill of
 ``seq_len`` context tokens and ``decode_tokens`` greedy steps, each part timed after a barrier
-and taken on the slowest rank.
+and taken on the slowest rank. On CUDA the timed runs replay each step as a captured CUDA graph
+(one untimed run captures them) unless eager steps are asked for; the tracked run is eager.
 
 Record columns beside point_record's:
     ttft_s, ttft_times_s            the prefill (time to first token), median over timed runs
     tpot_s (= tpot_p50_s), tpot_p90_s, tpot_p99_s, tpot_times_s
                                     time per output token over every step of every timed run
     decode_tokens_per_s             B x data degree / tpot_s (every replica's sequences)
+    decode_cuda_graphs              whether the timed steps replayed captured CUDA graphs
+                                    (tspbench.measure.decode_graphs; on CUDA by default)
+    decode_tokens_sha1              a digest of the last timed run's generated tokens (every
+                                    rank): graphed and eager runs of a point must agree
+    attention_kernel                the attention kernels the tracked run called
     peak_memory_*                   the tracked run's peak, with peak_memory_kv_cache_bytes
     kv_cache_bytes                  the cache one rank allocates (max over ranks)
     comm_*                          the tracked run's collectives (comm_fields: prefill is phase
@@ -26,20 +32,29 @@ Record columns beside point_record's:
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 
+import torch
 import torch.distributed as dist
 
 from tspbench.analytic.decode import predict_decode
 from tspbench.core.records import busiest_comm, comm_fields
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import percentile
+from tspbench.measure.decode_graphs import DecodeGraphs
 from tspbench.measure.energy import open_meter
 from tspbench.measure.runner import RankRun
 
 
 def rank_bench_decode(
-    layout: Layout, workload: Workload, steps: int, warmup: int, repeats: int, capacity_bytes: int | None
+    layout: Layout,
+    workload: Workload,
+    steps: int,
+    warmup: int,
+    repeats: int,
+    capacity_bytes: int | None,
+    graphed: bool = False,
 ) -> dict:
     run = RankRun(layout, workload)
     if capacity_bytes is not None:  # over capacity: fail in the first run
@@ -47,11 +62,15 @@ def rank_bench_decode(
     flops = run.decode_run(count_flops=True).flops
     for _ in range(warmup - 1):
         run.decode_run()
-    measured = run.measured_step(capacity_bytes)
+    measured = run.measured_step(capacity_bytes)  # eager: collectives counted, memory tracked
+    graphs = DecodeGraphs(run.strategy, run.model) if graphed else None
+    if graphs is not None:
+        run.decode_run(graphs=graphs)  # captures every step's graph, untimed
     rank = dist.get_rank() if dist.is_initialized() else 0
     meter = open_meter(run.device, rank)
     timed = [
-        run.decode_run(timed=True, meter=meter if meter.contributes else None) for _ in range(steps * repeats)
+        run.decode_run(timed=True, meter=meter if meter.contributes else None, graphs=graphs)
+        for _ in range(steps * repeats)
     ]
     return {
         "rank": rank,
@@ -63,6 +82,8 @@ def rank_bench_decode(
         "memory": measured.memory,
         "cache_bytes": measured.output.cache_bytes,
         "flops": flops,
+        "attention_kernels": measured.attention_kernels,
+        "tokens": torch.cat([t.reshape(-1) for t in timed[-1].tokens]).cpu(),  # the last timed run's
     }
 
 
@@ -86,12 +107,22 @@ def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict
         "step_time_s": statistics.median(sum(run) for run in slowest),  # a whole decode run
         "tokens_per_step": seqs * (n + 1),
         "decode_tokens_per_s": seqs / median,
+        "attention_kernel": "+".join(sorted({k for r in ranks for k in r["attention_kernels"]})) or None,
+        "decode_tokens_sha1": tokens_digest([r["tokens"] for r in ranks]),
         **top["memory"].to_record(),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": [r["memory"].peak_bytes for r in ranks],
         **decode_work_fields(workload, ranks),
         **energy_fields(ranks, seqs * n * runs),
     }
+
+
+def tokens_digest(tokens: list[torch.Tensor]) -> str:
+    """A digest of every rank's generated token ids (rank order): equal digests, equal tokens."""
+    digest = hashlib.sha1()
+    for t in tokens:
+        digest.update(t.to(torch.int64).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def decode_work_fields(workload: Workload, ranks: list[dict]) -> dict[str, object]:

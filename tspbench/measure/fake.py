@@ -39,6 +39,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
+from tspbench.analytic.hardware import load_hardware
 from tspbench.core.records import busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
@@ -46,7 +47,7 @@ from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.fake_world import FakeWorld, run_fake_ranks
 from tspbench.dist.launch import LaunchTimeout, RankError
 from tspbench.measure import fake_cuda
-from tspbench.measure.bench import predictions
+from tspbench.measure.bench import attention_kernel_field, predictions
 from tspbench.measure.decode_bench import decode_work_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
@@ -54,6 +55,7 @@ from tspbench.measure.replayed import default_hardware, timeline_fields
 from tspbench.measure.runner import RankRun
 from tspbench.measure.simulated_gpu import simulated_gpu
 from tspbench.measure.tracker import CATEGORIES
+from tspbench.model.attention import simulated_cuda_kernel
 from tspbench.strategy import check_fake_world
 
 NO_FAKE_KERNEL = {
@@ -72,14 +74,19 @@ def fake_device(workload: Workload) -> torch.device:
 
 
 def fake_rank(
-    layout: Layout, workload: Workload, capacity_bytes: int | None = None, trace: bool = False
+    layout: Layout,
+    workload: Workload,
+    capacity_bytes: int | None = None,
+    trace: bool = False,
+    attention_kernel: str = "flash",
 ) -> dict:
     """One rank's measured step (comm counted, memory tracked, FLOPs tallied; with ``trace`` its
     ops and collectives recorded) under fake tensors, inside a fake process group. A real run
     measures after warm-up steps, when the optimizer state exists; here an optimizer step on
-    zero gradients creates it (no values to warm up)."""
+    zero gradients creates it (no values to warm up). A simulated GPU calls ``attention_kernel``
+    (its profile's, tspbench.model.attention)."""
     try:
-        with FakeTensorMode(), simulated_gpu(workload.device):
+        with FakeTensorMode(), simulated_gpu(workload.device), simulated_cuda_kernel(attention_kernel):
             run = RankRun(layout, workload, fake_device(workload))
             create_optimizer_state(run)
             if workload.mode == "decode":  # FLOPs of the prefill and the steps apart, in a run of their own
@@ -99,10 +106,16 @@ def fake_rank(
         "flops": flops,
         "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
         "trace": measured.trace,
+        "attention_kernels": measured.attention_kernels,
     }
     if workload.mode == "decode":
         out["cache_bytes"] = measured.output.cache_bytes
     return out
+
+
+def simulated_kernel(hardware: str) -> str:
+    """The attention kernel of the GPU a profile describes (flash where it names none)."""
+    return load_hardware(hardware).attention_kernel or "flash"
 
 
 def create_optimizer_state(run: RankRun) -> None:
@@ -133,6 +146,7 @@ def fake_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict[s
     return {
         **work(layout, workload, ranks),
         **top["memory"].to_record(),
+        "attention_kernel": attention_kernel_field(ranks),
         "peak_memory_rank": top["rank"],
         "peak_memory_bytes_per_rank": [r["memory"].peak_bytes for r in ranks],
         "peak_memory_by_rank": [
@@ -202,6 +216,7 @@ def fake_bench(
             workload,
             capacity_bytes,
             trace and workload.mode != "decode",
+            simulated_kernel(hardware),
         )
         if world is not None:
             results = world.run(*args, timeout=timeout)

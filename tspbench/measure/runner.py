@@ -32,10 +32,12 @@ from tspbench.dist.c10d_count import C10dCounter
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
 from tspbench.measure import schedstat
+from tspbench.measure.decode_graphs import DecodeGraphs
 from tspbench.measure.energy import EnergyMeter
 from tspbench.measure.flop_counter import register_cpu_attention_flops
 from tspbench.measure.trace import StepRecorder, mark_layers
 from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
+from tspbench.model.attention import record_kernels
 from tspbench.model.optim import build_optimizer
 from tspbench.model.reference import make_batch
 from tspbench.model.transformer import fake_mode_active
@@ -51,10 +53,16 @@ class StepMeasurement:
     loss: float | None
     comm: list[comm.CommRecord]
     memory: MemoryReport
-    output: Tensor  # the global loss (train) or this rank's logits (infer)
+    output: Tensor | None  # the global loss (train) or this rank's logits (infer)
     state: dict[str, int]  # bytes of parameters, gradients and optimizer state after the step
     c10d: list[comm.CommRecord]  # every collective as dispatched (the cross-check of ``comm``)
     trace: RankTrace | None = None  # the step's ops and collectives in program order (``trace=True``)
+    attention_kernels: tuple[str, ...] = ()  # the attention kernels the step called (model.attention)
+
+    def without_output(self) -> StepMeasurement:
+        """The measurement with its output released: a bench keeps several steps' measurements,
+        and an inference step's output is its [B, S, V] logits."""
+        return dataclasses.replace(self, output=None)
 
 
 @dataclass
@@ -152,12 +160,14 @@ class RankRun:
         timed: bool = False,
         count_flops: bool = False,
         meter: EnergyMeter | None = None,
+        graphs: DecodeGraphs | None = None,
     ) -> DecodeOutput:
         """Allocate the cache, prefill, then ``decode_tokens`` greedy steps (module doc). ``timed``:
-        each part after a barrier, its seconds (and with ``meter`` its joules) kept."""
+        each part after a barrier, its seconds (and with ``meter`` its joules) kept. ``graphs``:
+        the steps replayed as CUDA graphs over the graphs' own persistent cache."""
         self._meter = meter if timed else None
         s = self.strategy
-        cache = s.allocate_cache()
+        cache = graphs.cache if graphs is not None else s.allocate_cache()
         if tracker is not None:
             tracker.register(cache.tensors(), "kv_cache")
         out = DecodeOutput([], [], cache_bytes=cache.nbytes)
@@ -167,7 +177,10 @@ class RankRun:
         out.logits.append(logits)
         for step in range(self.workload.decode_tokens):
             with self._scope(out, "steps", timed, count_flops), comm.phase("decode"):
-                logits = s.decode_step(self.model, tokens, cache, step)
+                if graphs is not None:
+                    logits = graphs.step(tokens, step)
+                else:
+                    logits = s.decode_step(self.model, tokens, cache, step)
                 tokens = s.next_tokens(logits)
             out.tokens.append(tokens)
             out.logits.append(logits)
@@ -204,13 +217,15 @@ class RankRun:
                 tracker.register(self.strategy.resident_tensors(), "other")
                 tracker.register([self.batch.tokens, self.batch.targets, self.batch.positions], "other")
                 tracker.reset_peak()
-                with self._recording(recorder):
+                with self._recording(recorder), record_kernels() as kernels:
                     out = self.step(tracker)
             memory = tracker.report() if peak is None else peak.report(tracker.report())
         loss = out.item() if self.train and not self.fake else None
         state = persistent_bytes(self.model, self.optimizer)
         step_trace = recorder.trace() if recorder is not None else None
-        return StepMeasurement(loss, list(log.records), memory, out, state, c10d.records, step_trace)
+        return StepMeasurement(
+            loss, list(log.records), memory, out, state, c10d.records, step_trace, tuple(sorted(kernels))
+        )
 
     @contextmanager
     def _recording(self, recorder: StepRecorder | None) -> Iterator[None]:
