@@ -155,13 +155,18 @@ def output_path(path: Path, flag: str, folder: bool, writable: bool = True) -> P
 
 
 def _check_writable(path: Path, existing: Path, flag: str) -> None:
-    """Try it: create (and remove) a file there, or open the existing output file for writing.
-    Permission bits alone do not tell (root ignores them; /proc and read-only mounts refuse)."""
+    """Try it: create a file there holding one byte, fsynced (an empty file fits on a full disk),
+    then remove it; or open the existing output file for writing. Permission bits alone do not
+    tell (root ignores them; /proc and read-only mounts refuse)."""
     try:
         if existing.is_dir():
             fd, probe = tempfile.mkstemp(dir=existing, prefix=".tspbench-write-check-")
-            os.close(fd)
-            os.unlink(probe)
+            try:
+                os.write(fd, b"\0")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(probe)
         else:
             os.close(os.open(existing, os.O_WRONLY | os.O_APPEND))
     except OSError as exc:

@@ -18,9 +18,12 @@ from tspbench.cli.args import (
 )
 from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import UsageError
+from tspbench.core.files import check_suffix
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
 from tspbench.core.spec import Layout, Workload
 from tspbench.strategy import available
+
+TRACE_SUFFIXES = (".npz", ".json", ".json.gz")  # the raw traces, or a Chrome trace of their replay
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -51,9 +54,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         type=rank_list,
         help="--fake: the ranks to execute, e.g. 0 or 0,3 (default: the first model-parallel group)",
     )
-    p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (>= 0)")
-    p.add_argument("--repeats", type=positive_int, default=1)
+    p.add_argument("--steps", type=positive_int, help="timed steps (default 5; not with --fake)")
+    p.add_argument("--warmup", type=non_negative_int, help="untimed steps first (default 2; not with --fake)")
+    p.add_argument("--repeats", type=positive_int, help="timed repeats (default 1; not with --fake)")
     p.add_argument("--capacity", type=byte_size, help="simulated device memory on CPU, e.g. 512MiB")
     p.add_argument(
         "--hardware",
@@ -143,15 +146,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
     args.hardware = args.hardware or default_hardware(workload)
     if args.trace is not None:
+        check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
         output_path(args.trace, "--trace", folder=False)
         if workload.mode == "decode":
             raise UsageError("--trace: a decode run is not traced (train and infer steps are)")
     if args.fake:
-        bad = [r for r in args.fake_ranks or () if r >= layout.world_size]
-        if bad:
-            raise UsageError(
-                f"--fake-ranks {bad}: the world of {layout.describe()} has {layout.world_size} ranks"
-            )
+        check_fake_args(args, layout)
         record = bench_fake(args, layout, workload)
     else:
         from tspbench.measure.bench import bench
@@ -159,9 +159,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         record = bench(
             layout,
             workload,
-            args.steps,
-            args.warmup,
-            args.repeats,
+            5 if args.steps is None else args.steps,
+            2 if args.warmup is None else args.warmup,
+            1 if args.repeats is None else args.repeats,
             args.capacity,
             args.timeout,
             args.hardware,
@@ -171,7 +171,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2, default=str))
     else:
         print_record(record)
+    if record.get("trace_error"):  # printed after the record: the measurement is not lost
+        raise UsageError(f"--trace: {record['trace_error']}")
     return 0 if record["status"] == "completed" else 1
+
+
+def check_fake_args(args: argparse.Namespace, layout: Layout) -> None:
+    """The fake world executes one step per rank and times nothing: flags that would change
+    nothing are refused, and so are ranks outside the world or named twice."""
+    given = [f"--{name}" for name in ("steps", "warmup", "repeats") if getattr(args, name) is not None]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: the fake world executes one step per rank and times nothing; "
+            "drop them with --fake (they set what a real run measures)"
+        )
+    ranks = args.fake_ranks or []
+    bad = [r for r in ranks if r >= layout.world_size]
+    if bad:
+        raise UsageError(
+            f"--fake-ranks {bad}: the world of {layout.describe()} has {layout.world_size} ranks"
+        )
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        raise UsageError(f"--fake-ranks: rank(s) {twice} named more than once; name each rank once")
 
 
 def bench_fake(args: argparse.Namespace, layout: Layout, workload: Workload) -> dict:

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tspbench.cli.args import output_path
-from tspbench.core.errors import UsageError
+from tspbench.cli.args import output_path, positive_int
+from tspbench.core.errors import OutputError, UsageError
+from tspbench.core.files import check_suffix
+
+if TYPE_CHECKING:
+    from tspbench.analytic.timeline import Timeline
+    from tspbench.core.trace import RankTrace
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +23,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("traces", type=Path, help="a trace.npz, or a run folder that holds one")
     p.add_argument("--hardware", default="mi300x", help="profile name or .yaml path (default: mi300x)")
-    p.add_argument("--world-size", type=int, help="the job's world size (default: as recorded)")
+    p.add_argument(
+        "--world-size", type=positive_int, help="the job's world size (default: as recorded; at least the "
+        "ranks the trace names)"
+    )  # fmt: skip
     p.add_argument("--trace", type=Path, help="also write the replay as a Chrome trace (.json, .json.gz)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_replay)
@@ -32,21 +41,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
     path = args.traces / "trace.npz" if args.traces.is_dir() else args.traces
     if not path.is_file():
         raise UsageError(f"{path}: no such trace file (bench --trace X.npz, or run.trace: true, writes one)")
-    try:
-        traces, meta = load_traces(path)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     if args.trace is not None:
+        check_suffix(args.trace, "--trace", (".json", ".json.gz"))
         output_path(args.trace, "--trace", folder=False)
-    world = args.world_size or meta.get("world_size") or len(traces)
+    traces, meta = load_traces(path)  # a damaged file: one line naming it (DamagedFileError)
+    world = world_size(args.world_size, traces, meta, path)
     tl = timeline(traces, load_hardware(args.hardware), world)
     record = {"traces": str(path), "timeline_hardware": args.hardware, **meta, **tl.to_record()}
-    if args.trace is not None:
-        record["trace_path"] = str(write_chrome_trace(tl, args.trace))
+    failed: OutputError | None = None
+    try:
+        if args.trace is not None:
+            record["trace_path"] = str(write_chrome_trace(tl, args.trace))
+    except OutputError as exc:  # the replay is printed all the same, then the failed write
+        failed = exc
     if args.json:
         print(json.dumps(record, indent=2))
-        return 0
-    print(f"{path}: {len(traces)} rank(s) of a world of {world}, replayed on {args.hardware}")
+    else:
+        print(f"{path}: {len(traces)} rank(s) of a world of {world}, replayed on {args.hardware}")
+        print_timeline(tl)
+    if failed is not None:
+        raise failed
+    return 0
+
+
+def world_size(given: int | None, traces: list[RankTrace], meta: dict, path: Path) -> int:
+    """The world the traces are replayed in: ``given``, else as recorded; never fewer ranks than
+    the traces name (their own ranks, and every rank of the groups they talk to)."""
+    named = [t.rank for t in traces] + [r for t in traces for g in t.groups for r in g.ranks]
+    needed = max(named, default=0) + 1
+    if given is not None and given < needed:
+        raise UsageError(
+            f"--world-size {given}: {path} names ranks up to {needed - 1}; give at least {needed}"
+        )
+    return given or int(meta.get("world_size") or needed)
+
+
+def print_timeline(tl: Timeline) -> None:
     ms = 1e3
     step, compute = tl.step_s * ms, tl.compute_s * ms
     print(f"  step {step:.2f} ms (critical rank {tl.critical_rank}): compute {compute:.2f} ms")
@@ -56,4 +86,3 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"  waits on peers  {tl.peers_s * 1e3:9.2f} ms")
     if tl.weights_hidden_fraction is not None:
         print(f"  TSP weight traffic hidden: {tl.weights_hidden_fraction:.0%}")
-    return 0

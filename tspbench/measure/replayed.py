@@ -8,6 +8,7 @@ from pathlib import Path
 from tspbench.analytic.chrome import write_chrome_trace
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.timeline import Timeline, timeline
+from tspbench.core.errors import OutputError
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.trace import RankTrace, save_traces
 
@@ -27,14 +28,19 @@ def timeline_fields(
 ) -> dict[str, object]:
     """``timeline_*`` fields from replaying ``traces`` on ``hardware`` (default_hardware when None);
     with ``trace_path`` the traces are written there too: ``.npz`` (every rank's events, to replay
-    on another profile: ``tspbench trace``), else a Chrome trace (``.json`` or ``.json.gz``)."""
+    on another profile: ``tspbench trace``), else a Chrome trace (``.json`` or ``.json.gz``). A
+    trace that cannot be written (a full disk) leaves ``trace_error`` in the record, not an
+    exception that would lose the measurement."""
     if not traces:
         return {}
     name = hardware or default_hardware(workload)
     tl = timeline(traces, load_hardware(name), layout.world_size)
     out: dict[str, object] = {"timeline_hardware": name, **tl.to_record()}
     if trace_path is not None:
-        out["trace_path"] = str(write_traces(tl, traces, Path(trace_path), layout, workload))
+        try:
+            out["trace_path"] = str(write_traces(tl, traces, Path(trace_path), layout, workload))
+        except OutputError as exc:  # the measurement stands: the record says why no trace came
+            out["trace_error"] = str(exc)
     return out
 
 
