@@ -17,13 +17,16 @@ from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
 from tspbench.cli.terminal import progress_for
-from tspbench.core.errors import UsageError
+from tspbench.core.errors import OutputError, UsageError
+from tspbench.core.files import check_suffix, write_atomic
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.records import point_record
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
-from tspbench.measure.calibrate import calibrate
+from tspbench.measure.calibrate import calibrate, default_model
 
 GIB = 2**30
+PROFILE_SUFFIXES = (".yaml", ".yml")  # what --hardware takes as a path
+CALIBRATE_MIN_SEQ_LEN = 16  # the smallest attention call calibrate times (its zigzag chunk floor)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -58,12 +61,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         help="time attention up to this many tokens, the longest point to predict (default --seq-len)",
     )
-    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--repeats", type=positive_int, help="measurements per figure (default 5; 3 with --quick)")
     p.add_argument(
         "--quick", action="store_true", help="fewer repeats, smaller messages (seconds, not minutes)"
     )
     p.add_argument("--name", help="the profile's name (default: the device's)")
-    p.add_argument("--out", type=Path, help="write the profile YAML here")
+    p.add_argument("--out", type=Path, help="write the profile here (.yaml: what --hardware PATH reads)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
 
@@ -233,10 +236,10 @@ def plan_json(result: PlanResult) -> dict[str, object]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out:
+        check_suffix(args.out, "--out", PROFILE_SUFFIXES)  # what --hardware PATH reads back
         output_path(args.out, "--out", folder=False)  # before minutes of measuring
-    model = ModelConfig.preset(args.model) if args.model else None
-    if args.max_seq_len is not None and args.max_seq_len < args.seq_len:
-        raise UsageError(f"--max-seq-len: must be >= --seq-len ({args.seq_len}), got {args.max_seq_len}")
+    model = ModelConfig.preset(args.model) if args.model else default_model()
+    check_calibrate_sizes(args, model)
     progress = progress_for(sys.stderr)  # minutes of measuring; stdout keeps the profile alone
     try:
         result = calibrate(
@@ -251,8 +254,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for warning in result.warnings:
         print(f"tspbench calibrate: warning: {warning}", file=sys.stderr)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        try:
+            write_atomic(args.out, text)
+        except OutputError:
+            print(text)  # minutes of measuring are not lost: the profile, then the failed write
+            raise
     if args.json:
         print(json.dumps(profile, indent=2))
     elif not args.out:
@@ -265,3 +271,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             f"overlap efficiency {p.get('overlap_efficiency', 1.0)}"
         )
     return 0
+
+
+def check_calibrate_sizes(args: argparse.Namespace, model: ModelConfig) -> None:
+    """Sizes the calibration can time, refused before it starts: attention is timed from
+    ``CALIBRATE_MIN_SEQ_LEN`` tokens up to what the model serves."""
+    low, high = max(CALIBRATE_MIN_SEQ_LEN, args.ranks), model.max_seq_len
+    if not low <= args.seq_len <= high:
+        raise UsageError(
+            f"--seq-len {args.seq_len}: calibrate runs {low} to {high:,} tokens with {args.ranks} rank(s) "
+            f"on {model.name} (at least {CALIBRATE_MIN_SEQ_LEN}, one per rank; at most its max_seq_len)"
+        )
+    if args.max_seq_len is not None and not args.seq_len <= args.max_seq_len <= high:
+        raise UsageError(
+            f"--max-seq-len {args.max_seq_len}: must be from --seq-len ({args.seq_len}) to {high:,}, "
+            f"the positions {model.name} serves"
+        )

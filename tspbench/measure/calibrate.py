@@ -105,19 +105,20 @@ def calibrate(
     ranks: int = 4,
     model: ModelConfig | None = None,
     seq_len: int = 2048,
-    repeats: int = 5,
+    repeats: int | None = None,
     quick: bool = False,
     max_seq_len: int | None = None,
     progress: Progress | None = None,
 ) -> Calibration:
     """Measure this device (and ``ranks`` local ranks of it) for ``model`` at ``seq_len``;
-    attention at sizes up to ``max_seq_len`` (default ``seq_len``): the longest point to predict."""
+    attention at sizes up to ``max_seq_len`` (default ``seq_len``): the longest point to predict.
+    ``repeats`` per figure: default 5, or 3 with ``quick``."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda") if cuda else torch.device("cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
-    model = model or ModelConfig.preset("small" if not cuda else "7b")
+    model = model or default_model()
     ranks = min(ranks, torch.cuda.device_count()) if cuda else ranks
-    repeats = 3 if quick else repeats
+    repeats = repeats if repeats is not None else 3 if quick else 5
     rec = _Recorder(progress=progress or Progress())
     rec.progress.start(calibration_steps(cuda, ranks), f"calibrate {model.name} at {seq_len} tokens")
     previous = torch.get_num_threads()
@@ -148,6 +149,11 @@ def calibrate(
     rec.provenance["memory_bytes"] = f"measured: {memory}"
     profile["provenance"] = rec.provenance
     return Calibration(profile, rec.warnings)
+
+
+def default_model() -> ModelConfig:
+    """The shapes calibrated when none are named: the 7B model's on a GPU, small ones on CPU."""
+    return ModelConfig.preset("7b" if torch.cuda.is_available() else "small")
 
 
 def _profile_header(cuda: bool, model: ModelConfig, seq_len: int, ranks: int, dtype: torch.dtype) -> dict:
