@@ -236,8 +236,8 @@ def plan_json(result: PlanResult) -> dict[str, object]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out:
-        check_suffix(args.out, "--out", PROFILE_SUFFIXES)  # what --hardware PATH reads back
         output_path(args.out, "--out", folder=False)  # before minutes of measuring
+        check_suffix(args.out, "--out", PROFILE_SUFFIXES)  # what --hardware PATH reads back
     model = ModelConfig.preset(args.model) if args.model else default_model()
     check_calibrate_sizes(args, model)
     progress = progress_for(sys.stderr)  # minutes of measuring; stdout keeps the profile alone

@@ -146,8 +146,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
     args.hardware = args.hardware or default_hardware(workload)
     if args.trace is not None:
-        check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
         output_path(args.trace, "--trace", folder=False)
+        check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
         if workload.mode == "decode":
             raise UsageError("--trace: a decode run is not traced (train and infer steps are)")
     if args.fake:

@@ -42,8 +42,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"{path}: no such trace file (bench --trace X.npz, or run.trace: true, writes one)")
     if args.trace is not None:
-        check_suffix(args.trace, "--trace", (".json", ".json.gz"))
         output_path(args.trace, "--trace", folder=False)
+        check_suffix(args.trace, "--trace", (".json", ".json.gz"))
     traces, meta = load_traces(path)  # a damaged file: one line naming it (DamagedFileError)
     world = world_size(args.world_size, traces, meta, path)
     tl = timeline(traces, load_hardware(args.hardware), world)
