@@ -18,6 +18,7 @@ import pytest
 from tools import gen_docs
 from tspbench.cli import main
 from tspbench.core.fields import field_for
+from tspbench.report.stored import Part
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = (
@@ -37,6 +38,17 @@ def test_readme_and_docs_are_rendered_from_the_records() -> None:
     """Every number they quote comes from results/ through tools/gen_docs.py: a record that
     changes without the docs (or docs edited by hand) fails here."""
     assert gen_docs.main(["--check"]) == 0
+
+
+def test_a_part_is_its_fragment_filled_and_a_missing_value_names_its_file(tmp_path: Path) -> None:
+    """Wording that depends on the data is a fragment of docs/templates/parts/; a sentence that
+    does not apply is None and leaves nothing; a placeholder with no value fails naming the file."""
+    assert gen_docs.as_text(Part("ring_ahead", {"from": "64K"})) == ", more than the broadcasts from 64K on"
+    assert gen_docs.as_text(None) == ""
+    page = tmp_path / "page.md"
+    page.write_text("{{nowhere.value}}")
+    with pytest.raises(KeyError, match=re.escape("page.md: no value for {{nowhere.value}}")):
+        gen_docs.render(page)
 
 
 def test_readme_fits_in_a_sitting_and_every_page_exists() -> None:

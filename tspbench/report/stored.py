@@ -1,0 +1,93 @@
+"""The stored results as the docs quote them: records read once per experiment, each point's
+layout named as the docs name it, numbers formatted one way everywhere.
+
+The functions of tspbench.report.time_checks and tspbench.report.studies take the results
+folder and return a group of named values, each a formatted string, a markdown table, a
+``Part`` (a fragment of docs/templates/parts/ filled with its own values: the docs' wording
+where a sentence depends on the data) or None (a conditional sentence that does not apply).
+tools/gen_docs.py fills the templates' ``{{group.name}}`` placeholders from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tspbench.sweep.store import load
+
+GIB, MIB = 2**30, 2**20
+LABEL = {
+    "dp": "DP",
+    "tp": "TP",
+    "sp": "SP",
+    "tp_sp": "TP+SP",
+    "tsp": "TSP",
+    "fsdp": "FSDP",
+    "fsdp_sp": "FSDP+SP",
+}
+AXIS = {"dp": "dp", "tp": "tp", "sp": "sp", "tsp": "tsp", "fsdp": "fsdp", "fsdp_sp": "sp"}
+KINDS = ("gemm", "attention", "elementwise")
+
+
+@dataclass
+class Part:
+    """docs/templates/parts/<name>.md, its ``{{key}}`` placeholders filled from ``values``."""
+
+    name: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+Values = dict[str, Any]  # str | Part | None for each name a template quotes
+
+
+@cache
+def records(results: Path, experiment: str) -> pd.DataFrame:
+    """Every stored record of one experiment (read once per run of the renderer)."""
+    return load(results / experiment)
+
+
+@cache
+def stored_json(results: Path, relative: str) -> Any:
+    return json.loads((results / relative).read_text())
+
+
+def layout_name(row: pd.Series) -> str:
+    """'TSP 8', 'TP+SP 2x4': the strategy and its degree on the axis it shards."""
+    s = row["strategy"]
+    if s == "tp_sp":
+        return f"TP+SP {int(row['tp'])}x{int(row['sp'])}"
+    return f"{LABEL[s]} {int(row[AXIS[s]])}"
+
+
+def named(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``layout`` column."""
+    return df.assign(layout=df.apply(layout_name, axis=1))
+
+
+def completed(results: Path, experiment: str, **where: object) -> pd.DataFrame:
+    """The completed points of an experiment whose columns equal ``where``."""
+    df = records(results, experiment)
+    df = df[df["status"] == "completed"]
+    for key, value in where.items():
+        df = df[df[key] == value]
+    return df
+
+
+def pct(x: float, signed: bool = True) -> str:
+    return f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def tokens(n: int) -> str:
+    """'4K' for 4096, '1.5K' for 1536, '512' for 512."""
+    return f"{n / 1024:g}K" if n >= 1024 else str(n)
+
+
+def span(values: list[float], spec: str) -> str:
+    """'lo-hi' of ``values`` formatted by ``spec``, one value where they print alike."""
+    lo, hi = format(min(values), spec), format(max(values), spec)
+    return lo if lo == hi else f"{lo}-{hi}"
