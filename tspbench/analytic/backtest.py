@@ -24,17 +24,20 @@ follows.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.published import Entry, Published, fake_record_path, read_fake_record
 from tspbench.analytic.timeline import timeline
-from tspbench.core.errors import ExperimentError
+from tspbench.core.errors import DamagedFileError, ExperimentError
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.trace import load_traces
+
+T = TypeVar("T")
 
 GIB = 2**30
 PROFILE_KINDS = ("assumed", "calibrated")
@@ -118,12 +121,25 @@ def _row(published: Published, e: Entry, results: Path, cache: dict[str, Hardwar
         return row
     layout, workload = e.point()
     row.update(expressed_as=layout.describe(), recompute=workload.recompute)
+    damaged: list[str] = []  # stored files that did not read back: left out, named in the row
     for kind in PROFILE_KINDS:
         name = profile_for(published, e, kind)
         row.update(_time_columns(kind, name, layout, workload, m["tokens_per_s_per_gpu"], cache))
-        row.update(_timeline_columns(kind, name, layout, workload, results, m["tokens_per_s_per_gpu"], cache))
-    row.update(_memory_columns(published, e, layout, workload, results, cache))
+        tps = m["tokens_per_s_per_gpu"]
+        row.update(_timeline_columns(kind, name, layout, workload, results, tps, cache, damaged))
+    row.update(_memory_columns(published, e, layout, workload, results, cache, damaged))
+    if damaged:  # only then: the stored backtest.csv keeps its columns
+        row["damaged"] = list(dict.fromkeys(damaged))
     return row
+
+
+def _stored(read: Callable[[], T], damaged: list[str]) -> T | None:
+    """``read()``, or None when the stored file is damaged (its one line appended to ``damaged``)."""
+    try:
+        return read()
+    except DamagedFileError as exc:
+        damaged.append(str(exc))
+        return None
 
 
 def _hardware(name: str, cache: dict[str, Hardware]) -> Hardware:
@@ -163,13 +179,15 @@ def _timeline_columns(
     results: Path,
     published: float,
     cache: dict[str, Hardware],
+    damaged: list[str],
 ) -> dict[str, Any]:
     """The timeline's tokens/s/GPU: the stored traced step (beside its fake record) replayed on
     the profile; None without a profile or a trace."""
     path = fake_record_path(results, layout, workload).with_suffix(".npz")
-    if name is None or not path.is_file():
+    stored = _stored(lambda: load_traces(path), damaged) if name and path.is_file() else None
+    if stored is None:
         return {f"{kind}_timeline_tokens_per_s_per_gpu": None, f"{kind}_timeline_error": None}
-    traces, _ = load_traces(path)
+    traces, _ = stored
     step = timeline(traces, _hardware(name, cache), layout.world_size).step_s
     tps = tokens_per_gpu_per_step(layout, workload) / step
     return {
@@ -186,11 +204,12 @@ def _memory_columns(
     workload: Workload,
     results: Path,
     cache: dict[str, Hardware],
+    damaged: list[str],
 ) -> dict[str, Any]:
     """Allocated peaks (fake world, model) and the reserved memory the calibrated profile (every
     predicted entry has one) assumes on top of the fake world's (else the model's) peak."""
     hw = _hardware(str(profile_for(published, e, "calibrated")), cache)
-    fake = read_fake_record(results, layout, workload)
+    fake = _stored(lambda: read_fake_record(results, layout, workload), damaged)
     fake_peak = fake.get("peak_memory_bytes") if fake and fake.get("status") == "completed" else None
     model_peak = predict_point(layout, workload, hw).memory.peak_bytes
     reserved = hw.reserved_bytes(fake_peak if fake_peak is not None else model_peak)

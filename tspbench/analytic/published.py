@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tspbench.core.errors import ExperimentError, UsageError
+from tspbench.analytic.hardware import find_profile
+from tspbench.core.errors import DamagedFileError, ExperimentError, HardwareError, UsageError
 from tspbench.core.schema import BOOL, INT, NUM, STR, Field, SchemaError, check_mapping
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.yamlfile import read_yaml
@@ -170,6 +171,7 @@ def load_published(path: str | Path) -> Published:
         profiles = {
             str(k): check_mapping(v, PROFILE, f"profiles.{k}") for k, v in (top["profiles"] or {}).items()
         }
+        _check_profiles(profiles)
         entries = [_entry(e, f"entries[{i}]", profiles) for i, e in enumerate(top["entries"])]
         _check_unique([e.id for e in entries])
     except SchemaError as exc:
@@ -267,6 +269,7 @@ def _expressed(
         raise SchemaError(
             f"{where}.measured.memory_kind", "say which memory was measured: reserved or allocated"
         )
+    _check_sizes(e, parts, where)
     world = x["dp"] * x["tp"] * x["sp"] * x["tsp"] * x["fsdp"]
     if world != parts["hardware"]["gpus"]:
         raise SchemaError(
@@ -277,6 +280,30 @@ def _expressed(
             f"{where}.expressed_as.batch", f"{x['batch']} per replica is not global_batch {e['global_batch']}"
         )
     return x
+
+
+def _check_sizes(e: dict[str, Any], parts: dict[str, Any], where: str) -> None:
+    """Numbers a prediction can mean something for: a sequence the model can serve (a typo of
+    10^11 tokens would be predicted at 0 tokens/s) and a throughput above zero to compare with."""
+    limit = ModelConfig.__dataclass_fields__["max_seq_len"].default
+    if e["seq_len"] > limit:
+        raise SchemaError(
+            f"{where}.seq_len", f"{e['seq_len']:,} tokens: more than the {limit:,} positions predicted"
+        )
+    if parts["measured"]["tokens_per_s_per_gpu"] <= 0:
+        raise SchemaError(f"{where}.measured.tokens_per_s_per_gpu", "must be > 0 for a predicted entry")
+
+
+def _check_profiles(profiles: dict[str, dict[str, str | None]]) -> None:
+    """Every profile a hardware key names exists (shipped, on TSPBENCH_HARDWARE_PATH, or a .yaml
+    path): found here, naming the key, not as a bare 'unknown hardware' halfway through."""
+    for key, kinds in profiles.items():
+        for kind, name in kinds.items():
+            if name is not None:
+                try:
+                    find_profile(name)
+                except HardwareError as exc:
+                    raise SchemaError(f"profiles.{key}.{kind}", str(exc)) from None
 
 
 def _check_unique(ids: list[str]) -> None:
@@ -302,6 +329,16 @@ def fake_record_path(results: Path, layout: Layout, workload: Workload) -> Path:
 
 
 def read_fake_record(results: Path, layout: Layout, workload: Workload) -> dict[str, Any] | None:
-    """The stored fake-world record of the point, or None when it was never executed."""
+    """The stored fake-world record of the point, or None when it was never executed;
+    DamagedFileError naming the file when it does not read back."""
     path = fake_record_path(results, layout, workload)
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text() or "empty")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        what = "an empty file" if path.stat().st_size == 0 else f"not valid JSON ({exc})"
+        raise DamagedFileError(f"{path}: not a readable fake-world record: {what}") from None
+    if not isinstance(record, dict):
+        raise DamagedFileError(f"{path}: not a fake-world record (expected a JSON mapping)")
+    return record

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,10 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     written = write_backtest(rows, summary, out)
     if not args.json:
         print(f"wrote {', '.join(str(p) for p in written)}")
-    return 0
+    damaged = list(dict.fromkeys(p for r in rows for p in r.get("damaged") or ()))
+    for problem in damaged:  # predicted without the damaged file; exit 2: the records need attention
+        print(f"skipped (damaged): {problem}", file=sys.stderr)
+    return 2 if damaged else 0
 
 
 def _pct(x: float | None) -> str:

@@ -253,6 +253,10 @@ def results_folder(path: str | Path) -> Path:
         )
     if not path.is_dir():
         raise UsageError(f"{path}: no such results folder")
+    if (path / "point.json").is_file():  # status/report of one point would find "no points"
+        raise UsageError(
+            f"{path}: is one point's run folder, not a results folder; give its study folder {path.parent}"
+        )
     return path
 
 
