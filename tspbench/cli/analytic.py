@@ -15,7 +15,14 @@ from tspbench.analytic.decode import DecodePrediction, predict_decode
 from tspbench.analytic.hardware import Hardware, available_hardware, load_hardware
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
-from tspbench.cli.args import add_layout_args, layout_and_workload, output_path, positive_int
+from tspbench.cli.args import (
+    add_layout_args,
+    gpu_count,
+    layout_and_workload,
+    output_path,
+    positive_int,
+    within_model,
+)
 from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import OutputError, UsageError
 from tspbench.core.files import check_suffix, write_atomic
@@ -37,7 +44,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("plan", help="rank every layout of a cluster by predicted throughput")
     p.add_argument("--model", default="7b", choices=sorted(PRESETS))
-    p.add_argument("--gpus", type=positive_int, required=True)
+    p.add_argument("--gpus", type=gpu_count, required=True)
     p.add_argument("--gpus-per-node", type=positive_int, help="override the hardware profile's")
     p.add_argument("--seq-len", type=positive_int, required=True)
     p.add_argument("--batch", type=positive_int, default=1)
@@ -185,9 +192,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     problem = recompute_problem(args.recompute, (args.mode,))
     if problem:
         raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
+    model = ModelConfig.preset(args.model)
+    within_model("--seq-len", args.seq_len, model)
     hw = _hardware(args)
     workload = Workload(
-        ModelConfig.preset(args.model),
+        model,
         args.batch,
         args.seq_len,
         args.mode,

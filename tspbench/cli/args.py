@@ -42,6 +42,26 @@ def positive_int(text: str) -> int:
     return _integer(text, 1)
 
 
+MAX_GPUS = 2**17  # 131,072: past the largest clusters built; plan prices all its layouts in ~40 s
+
+
+def gpu_count(text: str) -> int:
+    """A number of GPUs the planners can price (an argparse type): 1 to MAX_GPUS, checked before
+    every layout of them is enumerated (a typo of 10^9 would run for hours)."""
+    value = _integer(text, 1)
+    if value > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPUS:,} GPUs, got {value:,}")
+    return value
+
+
+def within_model(flag: str, tokens: int, model: ModelConfig, what: str = "") -> None:
+    """``tokens`` positions fit in what ``model`` serves (its max_seq_len), else one line."""
+    if tokens > model.max_seq_len:
+        raise UsageError(
+            f"{flag}: {what or tokens} is more than the {model.max_seq_len:,} positions {model.name} serves"
+        )
+
+
 def non_negative_int(text: str) -> int:
     return _integer(text, 0)
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from tspbench.analytic.hardware import available_hardware, load_hardware
 from tspbench.analytic.planner import DecodePlan, plan_decode
-from tspbench.cli.args import positive_int
+from tspbench.cli.args import gpu_count, positive_int, within_model
 from tspbench.core.names import DTYPES
 from tspbench.core.spec import PRESETS, ModelConfig
 
@@ -20,7 +20,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "plan-decode", help="rank every layout of a cluster by predicted time per output token (decode)"
     )
     p.add_argument("--model", default="7b", choices=sorted(PRESETS))
-    p.add_argument("--gpus", type=positive_int, required=True)
+    p.add_argument("--gpus", type=gpu_count, required=True)
     p.add_argument("--gpus-per-node", type=positive_int, help="override the hardware profile's")
     p.add_argument("--seq-len", type=positive_int, required=True, help="context tokens in the cache")
     p.add_argument("--batch", type=positive_int, default=1, help="sequences per model replica")
@@ -44,6 +44,8 @@ def cmd_plan_decode(args: argparse.Namespace) -> int:
     if args.gpus_per_node:
         hw = replace(hw, gpus_per_node=args.gpus_per_node)
     model = ModelConfig.preset(args.model)
+    total = f"--seq-len {args.seq_len} + --decode-tokens {args.decode_tokens}"
+    within_model("--decode-tokens", args.seq_len + args.decode_tokens, model, total)
     result = plan_decode(
         model, args.gpus, hw, args.batch, args.seq_len, args.decode_tokens, args.dtype, args.allow_cross_node
     )

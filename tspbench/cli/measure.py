@@ -69,6 +69,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="write the traced step: a Chrome/Perfetto trace (.json, .json.gz) of its replay, one "
         "track per rank and lane, or the raw traces (.npz) to replay on another profile",
     )
+    p.add_argument(
+        "--eager-decode",
+        action="store_true",
+        help="decode on CUDA: run every step eagerly (default: replay each step as a captured CUDA graph)",
+    )
     add_common_run_args(p)
     p.set_defaults(func=cmd_bench)
 
@@ -79,6 +84,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=DEVICES, default="cuda")
     p.add_argument("--quick", action="store_true", help="tiny model (CPU smoke runs: 2 gloo ranks)")
     p.add_argument("--strategies", help="comma-separated: check only these (default: every one)")
+    p.add_argument(
+        "--check-seconds",
+        type=float,
+        default=900.0,
+        help="a check still running after this many seconds is a failed row (default 900)",
+    )
     p.set_defaults(func=cmd_gpu_check)
 
 
@@ -166,6 +177,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             args.timeout,
             args.hardware,
             args.trace,
+            decode_graphs=decode_graphs_arg(args, workload),
         )
     if args.json:
         print(json.dumps(record, indent=2, default=str))
@@ -174,6 +186,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if record.get("trace_error"):  # printed after the record: the measurement is not lost
         raise UsageError(f"--trace: {record['trace_error']}")
     return 0 if record["status"] == "completed" else 1
+
+
+def decode_graphs_arg(args: argparse.Namespace, workload) -> bool | None:
+    """--eager-decode: refused where no step would be graphed (not decode on CUDA)."""
+    if not args.eager_decode:
+        return None
+    if workload.mode != "decode" or workload.device != "cuda":
+        raise UsageError(
+            "--eager-decode: only decode on CUDA replays CUDA graphs (use --mode decode --device cuda)"
+        )
+    return False
 
 
 def check_fake_args(args: argparse.Namespace, layout: Layout) -> None:
@@ -226,8 +249,8 @@ def print_record(r: dict) -> None:
         f"{r['strategy']}  {' '.join(f'{a}{r[a]}' for a in AXES)}  {r['model']}  "
         f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
     )
-    if r["status"] != "completed":
-        print(r.get("error") or "")
+    if r["status"] != "completed":  # one line; the record (--json) keeps the rank's traceback
+        print(first_line(r.get("error") or ""))
         return
     if r["mode"] == "decode":
         print_decode(r)
@@ -255,6 +278,12 @@ def print_record(r: dict) -> None:
     )
     if r.get("predicted_step_time_s"):
         print(f"                step {r['predicted_step_time_s'] * 1e3:.1f} ms on {r['predicted_hardware']}")
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of an error ("rank 1 raised OutOfMemoryError: ..."), not its
+    traceback."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def print_fake(r: dict) -> None:
@@ -328,7 +357,9 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     unknown = [s for s in strategies if s not in available()]
     if unknown or not strategies:
         raise UsageError(f"--strategies {args.strategies!r}: choose from {', '.join(available())}")
-    summary = run(args.device, args.quick, args.out, strategies)
+    if not args.check_seconds > 0:
+        raise UsageError(f"--check-seconds {args.check_seconds:g}: must be > 0")
+    summary = run(args.device, args.quick, args.out, strategies, args.check_seconds)
     width = max(len(c["name"]) for c in summary["checks"])
     print(f"gpu-check on {summary['device']}, {summary['world']} rank(s), {summary['seconds']:.0f} s")
     for c in summary["checks"]:
