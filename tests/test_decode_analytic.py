@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import Counter
 from dataclasses import replace
 
 import matplotlib as mpl
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -181,3 +183,42 @@ def test_decode_report_draws_tpot_figures_and_marks_tsp_break_even(tmp_path) -> 
     assert any("from B = 8,884" in n for n in notes), notes
     plain = report_experiment(frame.assign(mode="infer"), tmp_path / "infer")
     assert not {"tpot_vs_batch", "tpot_tails"} & (set(out.skipped) | set(plain.skipped) | set(plain.figures))
+
+
+# ----------------------------------------------------------------------------- any number of tokens
+
+
+def test_a_huge_number_of_decode_tokens_is_refused_or_answered_within_a_second(capsys) -> None:
+    """plan-decode's time does not grow with --decode-tokens: beyond what the model serves it is
+    refused at once, as predict --mode decode refuses it (one line, exit 2); a model that serves
+    10^12 tokens is ranked at once (a prediction prices the few steps its percentiles need)."""
+    from tspbench.cli.main import main
+    from tspbench.core.errors import WorkloadError
+
+    hw = load_hardware("mi300x")
+    start = time.perf_counter()
+    assert main(["plan-decode", "--gpus", "8", "--seq-len", "1024", "--decode-tokens", str(10**12)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "decode" in err and "1000000000000" in err  # one line, naming it
+    with pytest.raises(WorkloadError, match="exceeds max_seq_len"):
+        plan_decode(SEVEN_B, 8, hw, 1, 1024, 10**12)
+    served = replace(SEVEN_B, max_seq_len=2 * 10**12)
+    plan = plan_decode(served, 8, hw, 1, 1024, 10**12)
+    assert plan.rejected and all(c.reason for c in plan.rejected)
+    p = predict_decode(Layout("tsp", tsp=8), served, 8, 1024, 10**12, "bfloat16", hw)
+    assert p.tpot_s(50) <= p.tpot_s(99) and len(p.steps) == 10**12
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("hardware", ["cpu", "mi300x"])
+@pytest.mark.parametrize(
+    "layout", [Layout("tp_sp", tp=2, sp=2), Layout("tsp", tsp=4), Layout("fsdp", fsdp=2)]
+)
+def test_tpot_percentiles_priced_from_a_few_steps_equal_numpys_over_every_step(hardware, layout) -> None:
+    """The closed form of the percentiles against numpy over all N steps (the CPU profile waits
+    on peers: its steps still never get cheaper)."""
+    p = predict_decode(layout, TINY, 3, 64, 37, "float32", load_hardware(hardware))
+    every = [s.step_s for s in p.steps[:]]
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(every))  # in order, to rounding
+    for q in (0, 50, 90, 99, 100):
+        assert p.tpot_s(q) == pytest.approx(float(np.percentile(every, q)), rel=1e-12)

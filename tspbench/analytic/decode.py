@@ -29,10 +29,15 @@ Every number from here is a projection of the model, never a measurement.
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
+from tspbench.analytic import prices
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.timing import comm_seconds, ranks_per_node, sync_seconds
@@ -43,18 +48,17 @@ from tspbench.costs.decode import (
     DecodeShape,
     DecodeWork,
     Transfer,
+    decode_elementwise_bytes,
     decode_flops,
     decode_transfers,
     decode_work,
     kv_cache_bytes,
     tsp_shard_bytes,
     tsp_shard_gemm_flops,
-    widths,
 )
 from tspbench.dist.mesh import Mesh
 from tspbench.strategy import Traffic, get_strategy
 
-ELEMENTWISE_PASSES = 4
 PERCENTILES = (50, 90, 99)
 
 
@@ -73,13 +77,62 @@ class DecodeStepTime:
         return self.gemm_s + self.attention_s + self.elementwise_s + self.comm_exposed_s
 
 
+class DecodeSteps(Sequence[DecodeStepTime]):
+    """The N steps of a decode, each priced when first asked for: the record and the planner
+    need a handful of them (the percentiles' neighbours and the middle one), never all N, so a
+    prediction takes the same time for a billion tokens as for one.
+
+    A step's time never falls as its keys grow (attention reads more, and what it feeds - the
+    overlap, a wait on peers - grows with compute) where the profile's waits on peers grow,
+    or shrink by less than the compute that precedes them (``sync_us``'s slopes >= -1): then
+    the steps are already in order and a percentile is numpy's linear one between two of them.
+    Otherwise every step is priced and sorted, as numpy does."""
+
+    def __init__(self, price: Callable[[int], DecodeStepTime], n: int, ordered: bool) -> None:
+        self.price, self.n, self.ordered = price, n, ordered
+        self.priced: dict[int, DecodeStepTime] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(self.n))]
+        if not -self.n <= k < self.n:
+            raise IndexError(f"step {k} of {self.n}")
+        k %= self.n
+        if k not in self.priced:
+            self.priced[k] = self.price(k)
+        return self.priced[k]
+
+    def percentile(self, q: float) -> float:
+        """numpy.percentile (linear) of the steps' times."""
+        if not self.ordered:
+            return float(np.percentile([s.step_s for s in self], q))
+        virtual = (self.n - 1) * (q / 100)
+        lo = math.floor(virtual)
+        t = virtual - lo
+        a, b = self[lo].step_s, self[min(lo + 1, self.n - 1)].step_s
+        return float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+
+
+def steps_ordered(hw: Hardware) -> bool:
+    """Whether a later decode step never costs less (see DecodeSteps): every wait-on-peers table
+    falls by less than the compute before it grows."""
+    for table in hw.sync_us.values():
+        rows = sorted({0.0: 0.0, **table}.items())
+        if any((w1 - w0) < -(c1 - c0) for (c0, w0), (c1, w1) in itertools.pairwise(rows)):
+            return False
+    return True
+
+
 @dataclass
 class DecodePrediction:
     layout: Layout
     shape: DecodeShape
     hardware: Hardware
     prefill: Prediction
-    steps: list[DecodeStepTime]
+    steps: DecodeSteps
     kv_cache_bytes: int
     parameter_bytes: int
     work: DecodeWork
@@ -92,7 +145,7 @@ class DecodePrediction:
         return self.prefill.step_time_s
 
     def tpot_s(self, percentile: float = 50) -> float:
-        return float(np.percentile([s.step_s for s in self.steps], percentile))
+        return self.steps.percentile(percentile)
 
     @property
     def tokens_per_s(self) -> float:
@@ -173,16 +226,6 @@ def traffic_of(transfers: list[Transfer]) -> list[Traffic]:
     ]
 
 
-def roofline_s(flops: float, nbytes: float, tflops: float, hw: Hardware, share: float) -> float:
-    """max(FLOPs / rate, bytes / HBM bandwidth) at the rank's share of its device."""
-    return max(flops / (tflops * 1e12), nbytes / (hw.hbm_bandwidth_gbs * 1e9)) / share
-
-
-def overlapped_s(compute: float, hidden: float, eta: float) -> float:
-    """Compute with ``hidden`` traffic behind it: max(compute, eta hidden) + (1 - eta) hidden."""
-    return max(compute, eta * hidden) + (1 - eta) * hidden
-
-
 def transfer_s(t: Transfer, mesh: Mesh, hw: Hardware, count: int | None = None) -> float:
     """Seconds of ``count`` (default: all) of a transfer's collectives."""
     exposed, hidden = comm_seconds(mesh, traffic_of([t]), hw)
@@ -196,11 +239,10 @@ def step_time(
     ranks = ranks_per_node(layout, hw)
     share = hw.share(ranks)
     f = decode_flops(cfg, s, step)
-    w = widths(cfg, s)
-    gemm = roofline_s(f.gemm, f.weight_bytes, hw.gemm_tflops, hw, share)
-    attention = roofline_s(f.attention, f.cache_bytes, hw.attention_tflops, hw, hw.attention_share(ranks))
-    ew_bytes = ELEMENTWISE_PASSES * cfg.n_layers * s.slots * (4 * cfg.hidden + 3 * w.ffn) * s.elt
-    elementwise = ew_bytes / (hw.hbm_bandwidth_gbs * 1e9) / share
+    ew_bytes = decode_elementwise_bytes(cfg, s)
+    gemm, attention, elementwise = compute_seconds(
+        hw, ranks, f.gemm, f.weight_bytes, f.attention, f.cache_bytes, ew_bytes
+    )
     transfers = [t for t in decode_transfers(cfg, s) if t.phase == "decode"]
     if s.strategy == "tsp" and s.weight_parts > 1:
         return tsp_step_time(cfg, s, hw, mesh, share, transfers, attention, elementwise)
@@ -208,8 +250,31 @@ def step_time(
     exposed, hidden = comm_seconds(mesh, traffic, hw)
     compute = gemm + attention + elementwise
     exposed += sync_seconds(mesh, traffic, hw, compute)
-    hidden_cost = overlapped_s(compute, hidden, hw.overlap_efficiency) - compute
+    hidden_cost = prices.hidden_exposed(compute, hidden, hw.overlap_efficiency)
     return DecodeStepTime(gemm, attention, elementwise, exposed + hidden_cost, hidden - hidden_cost)
+
+
+def compute_seconds(
+    hw: Hardware,
+    ranks_on_node: int,
+    gemm: float,
+    weight_bytes: float,
+    attention: float,
+    cache_bytes: float,
+    elementwise_bytes: float,
+) -> tuple[float, float, float]:
+    """(GEMM, attention, element-wise) seconds of a decode step at the rank's share of its
+    device: GEMMs at the achievable rate reading their weights, attention a rectangle (one query
+    against the keys) reading its K/V, each bound by HBM where that takes longer."""
+    share = hw.share(ranks_on_node)
+    gemm_s = prices.at_share(prices.gemm_seconds(hw, gemm, weight_bytes, decode=True), share)
+    attention_s = prices.attention_seconds(hw, attention, False, nbytes=cache_bytes)
+    elementwise_s = prices.elementwise_seconds(elementwise_bytes, prices.elementwise_gbs(hw))
+    return (
+        gemm_s,
+        prices.at_share(attention_s, hw.attention_share(ranks_on_node)),
+        prices.at_share(elementwise_s, share),
+    )
 
 
 def tsp_step_time(
@@ -236,10 +301,9 @@ def tsp_step_time(
     ]
     gemm = sum(c for c, _ in schedules)
     weights = sum(h for _, h in schedules)
-    total = sum(overlapped_s(c, h, eta) for c, h in schedules)
+    hidden_cost = sum(prices.hidden_exposed(c, h, eta) for c, h in schedules)
     exchange = sum(transfer_s(t, mesh, hw) for t in transfers if t.what in ("queries", "partials"))
     exchange += sync_seconds(mesh, traffic_of(transfers), hw, gemm + attention + elementwise)
-    hidden_cost = total - gemm
     return DecodeStepTime(gemm, attention, elementwise, exchange + hidden_cost, weights - hidden_cost)
 
 
@@ -248,7 +312,8 @@ def shard_gemm_seconds(
 ) -> tuple[float, float, float]:
     """Seconds of a TSP rank's GEMMs on one (attention, MLP, vocabulary) shard (roofline)."""
     flops, nbytes = tsp_shard_gemm_flops(cfg, s), tsp_shard_bytes(cfg, s)
-    return tuple(roofline_s(f, b, hw.gemm_tflops, hw, share) for f, b in zip(flops, nbytes, strict=True))  # type: ignore[return-value]
+    seconds = (prices.gemm_seconds(hw, f, b, decode=True) for f, b in zip(flops, nbytes, strict=True))
+    return tuple(prices.at_share(t, share) for t in seconds)  # type: ignore[return-value]
 
 
 def break_even_batch(
@@ -265,7 +330,7 @@ def break_even_batch(
         s = DecodeShape.of(layout, batch, 2 * D, 1, dtype)
         by = {t.what: t for t in decode_transfers(cfg, s)}
         transfer = transfer_s(by[("W_attn", "W_mlp")[schedule]], mesh, hw, 1)
-        return shard_gemm_seconds(cfg, s, hw, share)[schedule] >= eta * transfer
+        return prices.fully_hidden(shard_gemm_seconds(cfg, s, hw, share)[schedule], transfer, eta)
 
     out = {}
     for schedule, name in enumerate(("attention", "mlp")):
@@ -303,7 +368,7 @@ def predict_decode(
     prefill = predict(layout, Workload(model, batch, context, "infer", dtype=dtype, device="cuda"), hw)
     s = DecodeShape.of(layout, batch, context, decode_tokens, dtype)
     mesh = Mesh.planning(get_strategy(layout.strategy).mesh_dims(layout), 2)
-    steps = [step_time(model, s, layout, hw, mesh, k) for k in range(decode_tokens)]
+    steps = DecodeSteps(partial(step_time, model, s, layout, hw, mesh), decode_tokens, steps_ordered(hw))
     params = prefill.memory.persistent["parameters"]
     even = break_even_batch(model, layout, dtype, hw) if layout.strategy == "tsp" and layout.tsp > 1 else {}
     return DecodePrediction(layout, s, hw, prefill, steps, kv_cache_bytes(model, s), params,

@@ -198,7 +198,10 @@ def plan_decode(
     dtype: str = "bfloat16",
     allow_cross_node: bool = False,
 ) -> DecodePlan:
-    """ "Which layout decodes fastest at batch B?": every layout of ``gpus`` ranked by TPOT."""
+    """ "Which layout decodes fastest at batch B?": every layout of ``gpus`` ranked by TPOT.
+    Context and generated tokens beyond what the model serves are refused first (WorkloadError,
+    as ``predict --mode decode``); the ranking's time does not grow with ``decode_tokens``."""
+    Workload(model, batch, context, "decode", dtype=dtype, decode_tokens=decode_tokens)  # checks itself
     candidates = []
     for layout in candidate_layouts(gpus):
         candidate = DecodeCandidate(layout)

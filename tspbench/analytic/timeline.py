@@ -13,7 +13,7 @@ it uses (inside the node, or across the NIC). Its events run in program order:
     record /  CUDA events order the streams (FSDP2's all-gather and reduce-scatter streams)
     stream wait
 
-Costs (``op_seconds``) come from a hardware profile (tspbench.analytic.hardware):
+Costs (``op_seconds``) come from a hardware profile, priced by tspbench.analytic.prices:
 
     GEMM          max(FLOPs / GEMM rate, bytes / memory bandwidth)
     attention     FLOPs / the rate measured for its kind and size (a causal square by its side,
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tspbench.analytic import prices
 from tspbench.analytic.hardware import Hardware
-from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.trace import (
     ATTENTION,
     CAUSAL,
@@ -80,20 +80,16 @@ class Costs:
     def ranks_on_node(self) -> int:
         return min(self.world_size, self.hw.gpus_per_node)
 
-    def link(self, op: str, ranks: tuple[int, ...]) -> tuple[str, float, float]:
-        """(link name, latency s, bus bandwidth bytes/s) of ``op`` over the global ``ranks``."""
-        nodes = {r // self.hw.gpus_per_node for r in ranks}
-        inter = len(nodes) > 1
-        latency, bandwidth = self.hw.link(op, len(ranks), self.world_size, inter)
-        return ("nic" if inter else "node"), latency, bandwidth
-
     def collective_seconds(
         self, op: str, ranks: tuple[int, ...], msg_bytes: float
     ) -> tuple[str, float, float]:
-        """(link, latency s, transfer s): the latency overlaps other transfers (collectives issued
-        back to back pipeline it); the transfer holds the link."""
-        link, latency, bandwidth = self.link(op, ranks)
-        return link, latency, BUS_FACTOR[op](len(ranks)) * msg_bytes / bandwidth
+        """(link name, latency s, transfer s) of ``op`` over the global ``ranks``: the latency
+        overlaps other transfers (collectives issued back to back pipeline it); the transfer
+        holds the link."""
+        inter = prices.crosses_nodes(ranks, self.hw.gpus_per_node)
+        n = len(ranks)
+        latency, transfer = prices.collective_seconds(self.hw, op, n, self.world_size, inter, msg_bytes)
+        return ("nic" if inter else "node"), latency, transfer
 
 
 def op_seconds(trace: RankTrace, costs: Costs) -> np.ndarray:
@@ -112,20 +108,16 @@ def kernel_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> np.nd
     out = np.zeros(len(ev))
     compute = ev["kind"] == COMPUTE
     gemm = compute & (ev["cls"] == GEMM)
-    memory = hw.hbm_bandwidth_gbs * 1e9
-    gemm_rate = hw.step_gemm_rate * 1e12
-    out[gemm] = np.maximum(ev["flops"][gemm] / gemm_rate, ev["nbytes"][gemm] / memory)
+    out[gemm] = prices.gemm_seconds(hw, ev["flops"][gemm], ev["nbytes"][gemm])
     elementwise = compute & (ev["cls"] == ELEMENTWISE)
-    default = hw.elementwise_by_op.get("*", hw.hbm_bandwidth_gbs)
-    rates = np.array([hw.elementwise_by_op.get(n, default) for n in trace.names] or [1.0])
-    out[elementwise] = ev["nbytes"][elementwise] / (rates[ev["name"][elementwise]] * 1e9)
+    rates = np.array([prices.elementwise_gbs(hw, n) for n in trace.names] or [1.0])
+    out[elementwise] = prices.elementwise_seconds(ev["nbytes"][elementwise], rates[ev["name"][elementwise]])
     attention = compute & (ev["cls"] == ATTENTION)
     for i in np.flatnonzero(attention):
-        side = int(ev["size"][i])
-        rate = hw.causal_tflops(side) if ev["flags"][i] & CAUSAL else hw.rectangle_tflops(side)
-        out[i] = ev["flops"][i] / (rate * 1e12)
+        causal = bool(ev["flags"][i] & CAUSAL)
+        out[i] = prices.attention_seconds(hw, ev["flops"][i], causal, int(ev["size"][i]))
     for cls, mask in ((GEMM, gemm), (ATTENTION, attention), (ELEMENTWISE, elementwise)):
-        out[mask] = (out[mask] + hw.op_overhead_us * 1e-6) / share[cls]
+        out[mask] = prices.at_share(out[mask], share[cls], hw.op_overhead_us * 1e-6)
     return out
 
 

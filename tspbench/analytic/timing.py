@@ -50,8 +50,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tspbench.analytic import prices
 from tspbench.analytic.hardware import ASSUMED_PASSES, Hardware
-from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.elementwise import ElementwiseWork
 from tspbench.costs.flops import FlopTerms
@@ -80,8 +80,7 @@ class StepTime:
     def hidden_exposed_s(self) -> float:
         """The part of the overlapped traffic that still costs time: what the device could not
         overlap (1 - eta) and what outlasts the compute it hides behind."""
-        eta = self.overlap_efficiency
-        return (1 - eta) * self.comm_hidden_s + max(0.0, eta * self.comm_hidden_s - self.compute_s)
+        return prices.hidden_exposed(self.compute_s, self.comm_hidden_s, self.overlap_efficiency)
 
     @property
     def step_s(self) -> float:
@@ -109,20 +108,19 @@ def compute_seconds(
     """(GEMM, attention, element-wise) seconds at the rank's share of its device."""
     share, attention_share = hw.share(ranks_on_node), hw.attention_share(ranks_on_node)
     causal = flops.attention * flops.causal_fraction
-    causal_rate = hw.causal_tflops(flops.causal_block) * 1e12
-    rectangle_rate = hw.rectangle_tflops(flops.causal_block) * 1e12
-    attention = (flops.attention - causal) / rectangle_rate + causal / causal_rate
+    block = flops.causal_block
+    attention = prices.attention_seconds(hw, flops.attention - causal, False, block)
+    attention += prices.attention_seconds(hw, causal, True, block)
     return (
-        flops.gemm / (hw.step_gemm_rate * 1e12) / share,
-        attention / attention_share,
-        elementwise_bytes / (hw.hbm_bandwidth_gbs * 1e9) / share,
+        prices.at_share(prices.gemm_seconds(hw, flops.gemm), share),
+        prices.at_share(attention, attention_share),
+        prices.at_share(prices.elementwise_seconds(elementwise_bytes, prices.elementwise_gbs(hw)), share),
     )
 
 
 def crosses_nodes(mesh: Mesh, t: Traffic, gpus_per_node: int) -> bool:
     """Whether the group's ranks span nodes (ranks are placed row-major, model-parallel innermost)."""
-    ranks = mesh.group(*t.axes).ranks
-    return len({r // gpus_per_node for r in ranks}) > 1
+    return prices.crosses_nodes(mesh.group(*t.axes).ranks, gpus_per_node)
 
 
 def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float = 1.0) -> tuple[float, float]:
@@ -132,7 +130,6 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
     A blocking call queued behind a window waits for what its transfers still hold of the link
     when it is issued, beyond what the window already exposes."""
     exposed = hidden = 0.0
-    rate = hw.step_gemm_rate * 1e12 * share
     windows: dict[tuple, list[tuple[Traffic, float]]] = {}
     queued: list[tuple[Traffic, float]] = []
     for t in traffic:
@@ -140,8 +137,7 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
         if n == 1 or not t.count:
             continue
         inter = crosses_nodes(mesh, t, hw.gpus_per_node)
-        latency, bandwidth = hw.link(t.op, n, mesh.world_size, inter, t.batched)
-        call = latency + BUS_FACTOR[t.op](n) * t.msg_bytes / bandwidth
+        call = sum(prices.collective_seconds(hw, t.op, n, mesh.world_size, inter, t.msg_bytes, t.batched))
         if not t.hidden:
             exposed += t.count * call
             queued += [(t, call)] if t.queue else []
@@ -152,26 +148,34 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
             windows.setdefault((t.phase, t.window), []).append((t, call))
         elif t.window_flops is not None:
             windows[(t.phase, id(t))] = [(t, call)]
-    spans = {key: window_span(calls, rate) for key, calls in windows.items()}
+    spans = {key: window_span(calls, hw, share) for key, calls in windows.items()}
     for count, per_window, compute in spans.values():
         if compute is not None:
-            hidden += count * min(per_window, compute)
-            exposed += count * max(0.0, per_window - compute)
+            under, over = prices.behind(per_window, compute)
+            hidden += count * under
+            exposed += count * over
     for t, _ in queued:
         if (t.phase, t.queue) in spans:
             count, per_window, compute = spans[(t.phase, t.queue)]
-            ahead = max(0.0, per_window - t.queue_flops / rate)
+            ahead = prices.behind(per_window, gemm_window_seconds(t.queue_flops, hw, share))[1]
             exposed += min(count, t.count) * (ahead - (max(0.0, per_window - compute) if compute else 0.0))
     return exposed, hidden
 
 
-def window_span(calls: list[tuple[Traffic, float]], rate: float) -> tuple[int, float, float | None]:
+def window_span(
+    calls: list[tuple[Traffic, float]], hw: Hardware, share: float
+) -> tuple[int, float, float | None]:
     """(occurrences, seconds of its transfers per occurrence, seconds of compute it hides behind
     or None where unbounded) of one named window."""
     count = max(t.count for t, _ in calls)
     per_window = sum(t.count * call for t, call in calls) / count
     bounds = [t.window_flops for t, _ in calls if t.window_flops is not None]
-    return count, per_window, (max(bounds) / rate if bounds else None)
+    return count, per_window, (gemm_window_seconds(max(bounds), hw, share) if bounds else None)
+
+
+def gemm_window_seconds(flops: float, hw: Hardware, share: float) -> float:
+    """The GEMMs a window's transfers hide behind, at the rank's share of its device."""
+    return prices.at_share(prices.gemm_seconds(hw, flops), share)
 
 
 def sync_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, compute_s: float) -> float:

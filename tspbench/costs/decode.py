@@ -267,6 +267,15 @@ def tsp_shard_gemm_flops(cfg: ModelConfig, s: DecodeShape) -> tuple[float, float
     return tuple(2.0 * s.slots * nbytes / s.elt for nbytes in (attn, mlp, vocab))  # type: ignore[return-value]
 
 
+ELEMENTWISE_PASSES = 4  # passes over a step's [rows, h] and [rows, ffn] tensors per layer
+
+
+def decode_elementwise_bytes(cfg: ModelConfig, s: DecodeShape) -> int:
+    """Bytes a decode step's element-wise ops move on one rank: ELEMENTWISE_PASSES passes over
+    its rows' [b, h] and [b, ffn] tensors (4 of h, 3 of the rank's MLP width) per layer."""
+    return ELEMENTWISE_PASSES * cfg.n_layers * s.slots * (4 * cfg.hidden + 3 * widths(cfg, s).ffn) * s.elt
+
+
 # ----------------------------------------------------------------------------- memory
 
 
