@@ -5,6 +5,10 @@ a usage error: tests/test_cli.py.)"""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,9 +19,8 @@ from tspbench.strategy import available
 
 pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
 
-CHECKS = {"attention", "calibrate", "overlap/tsp"} | {
-    f"{k}/{s}" for k in ("validate", "memory") for s in available()
-}
+ROWS = {"attention", "calibrate", "attention/speed", "memory/infer", "step", "decode/tpot"}
+CHECKS = ROWS | {"overlap/tsp"} | {f"{k}/{s}" for k in ("validate", "memory") for s in available()}
 
 
 def _summary(out: Path) -> dict:
@@ -27,9 +30,7 @@ def _summary(out: Path) -> dict:
 # the smoke run checks three strategies (each check's code is the same for every strategy):
 # DDP (no fake world to compare), TP (plain autograd) and TSP (its overlap check)
 SMOKE = ("dp", "tp", "tsp")
-SMOKE_CHECKS = {"attention", "calibrate", "overlap/tsp"} | {
-    f"{k}/{s}" for k in ("validate", "memory") for s in SMOKE
-}
+SMOKE_CHECKS = ROWS | {"overlap/tsp"} | {f"{k}/{s}" for k in ("validate", "memory") for s in SMOKE}
 
 
 def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
@@ -48,6 +49,8 @@ def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
     checks = {c["name"]: c for c in summary["checks"]}
     assert set(checks) == SMOKE_CHECKS and summary["world"] == 2
     assert {c["status"] for c in checks.values()} <= {"passed", "measured"}, checks
+    assert summary["finished"] is True
+    assert checks["memory/infer"]["status"] == "passed"  # the same peak at every inference step
     assert checks["memory/dp"]["status"] == "measured"  # DDP training has no fake world to compare
     folder = Path(summary["path"])
     for name in SMOKE_CHECKS:  # one record per check, with what it measured
@@ -97,3 +100,33 @@ def test_on_one_gpu_the_group_checks_say_what_they_skip(monkeypatch) -> None:
     assert [c.name for c in checks] == ["validate/tsp", "overlap/tsp"]
     for check in checks:
         assert check.status == "skipped" and "needs 2 or more GPUs" in check.summary
+
+
+def test_a_stopped_gpu_check_keeps_every_finished_check(tmp_path: Path) -> None:
+    """Ctrl-C in the middle: one line, exit 130, and every check that ended has its record and a
+    row in the summary (marked unfinished)."""
+    argv = [sys.executable, "-m", "tspbench", "gpu-check", "--device", "cpu", "--quick"]
+    proc = subprocess.Popen(
+        [*argv, "--strategies", "dp", "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("gpu_check_*/calibrate.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err.decode()
+    summary = _summary(tmp_path)
+    names = [c["name"] for c in summary["checks"]]
+    assert summary["finished"] is False and names[:2] == ["attention", "calibrate"]
+    folder = Path(summary["path"])
+    for name in names:
+        assert json.loads((folder / f"{name.replace('/', '_')}.json").read_text())["name"] == name
+
+
+def test_a_check_that_outlives_its_limit_is_a_failed_row_and_the_run_goes_on() -> None:
+    from tspbench.measure.gpu_check import Check, guarded
+
+    slow = guarded("slow", lambda: time.sleep(5) or Check("slow", "passed", ""), seconds=0.2)
+    fast = guarded("fast", lambda: Check("fast", "passed", "ok"), seconds=5)
+    assert slow.status == "failed" and "limit" in slow.summary
+    assert fast.status == "passed"

@@ -6,7 +6,7 @@ Each check writes one JSON record into the run's folder (``gpu_check_<device>_<t
 row of its summary (``summary.json``, ``summary.md``, and the table the command prints):
 
     attention    one GPU: a query chunk at an offset (the split into an unmasked key prefix and
-                 a causal square, tspbench.model.layers) in bf16, o, dq, dk, dv against float32
+                 a causal square, tspbench.model.attention) in bf16, o, dq, dk, dv against float32
                  causal attention over the whole sequence: within 2e-2 (bf16 keeps 8 bits of
                  mantissa; the error of a 2,048-key softmax and its sums is ~1e-2)
     calibrate    the node: the profile (GEMM, attention, HBM, collectives) the steps below are
@@ -22,6 +22,13 @@ row of its summary (``summary.json``, ``summary.md``, and the table the command 
                  tensor; the allocator adds its rounding, kernel workspaces and NCCL buffers),
                  reserved beside it, comm bytes equal to the model's, step time beside the time
                  model's (from the calibration above)
+    attention/speed, memory/infer, step, decode/tpot
+                 speed against SDPA's default, a flat inference peak, step time and MFU, decode
+                 near its memory floor (tspbench.measure.gpu_rows)
+
+Each check's record is written the moment it ends and the summary after every check
+(``finished`` false until the last), so a stopped run keeps what finished; a check that raises
+or outlives its time limit (--check-seconds) is a failed row.
 
 W is the largest power of two of GPUs visible (at most 8). On one GPU the checks that need a
 group (validate, overlap) are skipped and say so; memory runs at world 1. ``--device cpu
@@ -32,37 +39,37 @@ so the script cannot rot on machines without a GPU).
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import yaml
 
+from tspbench.core.files import write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
 from tspbench.measure.calibrate import calibrate
 from tspbench.measure.env import environment
 from tspbench.measure.fake import fake_bench
+from tspbench.measure.gpu_rows import (
+    Check,
+    attention_speed_check,
+    decode_tpot_check,
+    inference_memory_check,
+    step_check,
+)
 from tspbench.measure.validate import TOLERANCE, validate
 from tspbench.model.layers import causal_attention
 from tspbench.strategy import iter_strategies, layout_for
 
 ATTENTION_TOLERANCE = {"cuda": 2e-2, "cpu": 1e-10}  # bf16 on a GPU; float64 on CPU
 ALLOCATOR_EXCESS = 0.15  # allocated may exceed the fake world's live tensors by this much
-
-
-@dataclass
-class Check:
-    """One check's outcome: passed, failed, skipped (with the reason) or measured (no pass mark)."""
-
-    name: str
-    status: str
-    summary: str
-    details: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,49 +97,95 @@ def _world() -> int:
     return 1 << (count.bit_length() - 1) if count else 0
 
 
-def run(device: str, quick: bool, out: Path, strategies: list[str] | None = None) -> dict[str, object]:
+def run(
+    device: str, quick: bool, out: Path, strategies: list[str] | None = None, check_seconds: float = 900.0
+) -> dict[str, object]:
     """Every check in turn (one failing never hides the others), the per-strategy ones for
-    ``strategies`` (default: every registered one); the summary, with where it is."""
+    ``strategies`` (default: every registered one); the summary, with where it is. Each check's
+    record is written as soon as it ends and the summary after every check, so a run that is
+    stopped (Ctrl-C, a job's time limit) keeps every finished check; a check that raises or runs
+    past ``check_seconds`` is a failed row."""
     p = plan(device, quick)
     folder = out / f"gpu_check_{device}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     folder.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    summary = Summary(folder, device, p.world)
     profile = folder / "profile.yaml"
-    checks = [guarded("attention", lambda: attention_check(device))]
-    checks.append(guarded("calibrate", lambda: calibrate_check(p, quick, profile)))
-    hardware = str(profile) if profile.exists() else None
     names = [cls.name for cls in iter_strategies() if strategies is None or cls.name in strategies]
-    for name in names:
-        checks.append(guarded(f"validate/{name}", lambda name=name: validate_check(p, name)))
+    todo: list[tuple[str, Callable[[], Check]]] = [
+        ("attention", lambda: attention_check(device)),
+        ("calibrate", lambda: calibrate_check(p, quick, profile)),
+        ("attention/speed", lambda: attention_speed_check(device, quick)),
+    ]
+    hardware = lambda: str(profile) if profile.exists() else None  # noqa: E731 (after calibrate)
+    todo += [(f"validate/{n}", lambda n=n: validate_check(p, n)) for n in names]
     if "tsp" in names:
-        checks.append(guarded("overlap/tsp", lambda: overlap_check(p, hardware)))
-    for name in names:
-        checks.append(guarded(f"memory/{name}", lambda name=name: memory_check(p, name, hardware)))
-    for check in checks:
-        (folder / f"{check.name.replace('/', '_')}.json").write_text(
-            json.dumps(asdict(check), indent=2, default=str)
-        )
-    summary = {
-        "device": device,
-        "world": p.world,
-        "environment": environment(device),
-        "seconds": time.perf_counter() - start,
-        "checks": [{k: v for k, v in asdict(c).items() if k != "details"} for c in checks],
-        "path": str(folder),
-    }
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    (folder / "summary.md").write_text(summary_table(checks))
-    return summary
+        todo.append(("overlap/tsp", lambda: overlap_check(p, hardware())))
+    todo += [(f"memory/{n}", lambda n=n: memory_check(p, n, hardware())) for n in names]
+    todo.append(("memory/infer", lambda: inference_memory_check(p, hardware())))
+    todo.append(("step", lambda: step_check(p, quick, hardware())))
+    todo.append(("decode/tpot", lambda: decode_tpot_check(p, quick, hardware())))
+    for name, check in todo:
+        summary.add(guarded(name, check, check_seconds))
+    return summary.finish()
 
 
-def guarded(name: str, check: Callable[[], Check]) -> Check:
-    """The check's outcome; a check that raises is a failed row with its traceback, not a crash."""
+class Summary:
+    """The run's records and summary on disk, rewritten after every check (module doc)."""
+
+    def __init__(self, folder: Path, device: str, world: int) -> None:
+        self.folder, self.device, self.world = folder, device, world
+        self.checks: list[Check] = []
+        self.start = time.perf_counter()
+
+    def add(self, check: Check) -> None:
+        self.checks.append(check)
+        name = f"{check.name.replace('/', '_')}.json"
+        write_atomic(self.folder / name, json.dumps(asdict(check), indent=2, default=str))
+        self.write(finished=False)
+
+    def write(self, finished: bool) -> dict[str, object]:
+        summary = {
+            "device": self.device,
+            "world": self.world,
+            "environment": environment(self.device),
+            "seconds": time.perf_counter() - self.start,
+            "finished": finished,
+            "checks": [{k: v for k, v in asdict(c).items() if k != "details"} for c in self.checks],
+            "path": str(self.folder),
+        }
+        write_atomic(self.folder / "summary.json", json.dumps(summary, indent=2, default=str))
+        write_atomic(self.folder / "summary.md", summary_table(self.checks))
+        return summary
+
+    def finish(self) -> dict[str, object]:
+        return self.write(finished=True)
+
+
+class CheckTimeout(Exception):
+    """A check ran past its time limit."""
+
+
+def guarded(name: str, check: Callable[[], Check], seconds: float = 900.0) -> Check:
+    """The check's outcome; a check that raises, or runs past ``seconds`` (where SIGALRM exists),
+    is a failed row with its traceback, not a crash. Ctrl-C is not caught: it stops the run."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise CheckTimeout(f"ran past its {seconds:.0f} s limit")
+
+    alarm = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, expire) if alarm else None
+    if alarm:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         return check()
     except Exception as exc:
         return Check(
             name, "failed", f"raised {type(exc).__name__}: {exc}"[:200], {"traceback": traceback.format_exc()}
         )
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def summary_table(checks: list[Check]) -> str:
