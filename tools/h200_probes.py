@@ -1,0 +1,227 @@
+"""Measurements for one GPU beside gpu-check (tools/h200_session.sh runs them), each a JSON file:
+
+model_vs_transformers.json  the model (the 7B cut to 4 layers, bf16) forward + backward against
+                            transformers' LlamaForCausalLM with the same dimensions and SDPA,
+                            at 8K and 32K tokens: median seconds, peak allocated
+launch_costs.json           a tiny kernel's cost: launched eagerly, inside a replayed graph,
+                            and a whole graph replay
+attention_kernels.json      causal squares and offset rectangles, cuDNN and FlashAttention-2
+                            by name, forward + backward, by size: seconds and TFLOP/s
+op_kinds.json               one training step of dp, tsp and fsdp at world 1 (7B cut to 4
+                            layers, 8K) under torch.profiler: device time by kernel kind
+
+python tools/h200_probes.py OUT [names...]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.launch import launch
+from tspbench.model import attention
+
+SEVEN_B_4 = replace(ModelConfig.preset("7b"), n_layers=4, name="7b-4layers")
+
+
+def median_s(fn, repeats: int = 5, warmup: int = 2) -> float:
+    times = []
+    for i in range(warmup + repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def model_vs_transformers() -> list[dict]:
+    return launch(_compare_rank, 1, device="cuda", timeout=600)[0]
+
+
+def _compare_rank() -> list[dict]:
+    from tspbench.measure.runner import RankRun
+
+    out = []
+    for seq in (8192, 32768):
+        workload = Workload(SEVEN_B_4, 1, seq, "train", "none", "bfloat16", "cuda")
+        torch.cuda.reset_peak_memory_stats()
+        ours_s, tokens = _model_fwd_bwd(RankRun(Layout("dp", dp=1), workload))
+        ours_peak = torch.cuda.max_memory_allocated()
+        torch.cuda.empty_cache()
+        row = {"seq_len": seq, "model_s": ours_s, "model_peak_bytes": ours_peak}
+        row.update(transformers_llama(tokens, seq))
+        row["ratio"] = row["model_s"] / row["transformers_s"] if row.get("transformers_s") else None
+        out.append(row)
+    return out
+
+
+def _model_fwd_bwd(run) -> tuple[float, torch.Tensor]:
+    def ours() -> None:
+        run.strategy.loss(run.model, run.batch).backward()
+        run.model.zero_grad(set_to_none=True)
+
+    return median_s(ours), run.batch.tokens
+
+
+def transformers_llama(tokens: torch.Tensor, seq: int) -> dict:
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as exc:
+        return {"transformers_error": str(exc)}
+    import transformers
+
+    cfg = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=16384,
+        num_hidden_layers=4,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        vocab_size=32000,
+        max_position_embeddings=seq,
+        attn_implementation="sdpa",
+    )
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    tokens = tokens.reshape(1, -1)[:, :seq]
+
+    def theirs() -> None:
+        model(input_ids=tokens, labels=tokens).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    torch.cuda.reset_peak_memory_stats()
+    seconds = median_s(theirs)
+    return {
+        "transformers_s": seconds,
+        "transformers_peak_bytes": torch.cuda.max_memory_allocated(),
+        "transformers_version": transformers.__version__,
+    }
+
+
+def launch_costs() -> dict:
+    x = torch.zeros(1, device="cuda")
+    n = 2000
+
+    def eager() -> None:
+        for _ in range(n):
+            x.add_(1)
+
+    graph = torch.cuda.CUDAGraph()
+    eager()  # warm-up before capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            x.add_(1)
+    one = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(one):
+        x.add_(1)
+
+    def replays() -> None:
+        for _ in range(n):
+            one.replay()
+
+    return {
+        "kernels": n,
+        "eager_us_per_kernel": median_s(eager) / n * 1e6,
+        "graphed_us_per_kernel": median_s(graph.replay) / n * 1e6,
+        "replay_us_per_graph_of_one_kernel": median_s(replays) / n * 1e6,
+    }
+
+
+def attention_kernels() -> list[dict]:
+    rows = []
+    heads, d = 32, 128
+    for seq in (1024, 2048, 4096, 8192, 16384, 32768):
+        for case in ("square", "offset"):
+            for name, kernels in (("cudnn", attention.CUDA_CUDNN), ("flash", attention.CUDA_FLASH)):
+                q, k, v = (
+                    torch.randn(1, heads, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                    for _ in "qkv"
+                )
+                chunk = q[:, :, seq // 2 :].detach().requires_grad_()
+
+                def call(case=case, kernels=kernels, q=q, k=k, v=v, chunk=chunk) -> None:
+                    if case == "square":
+                        o = kernels.square(q, k, v)
+                    else:
+                        o = attention.LowerRightCausal.apply(chunk, k, v, kernels)
+                    o.backward(torch.ones_like(o))
+
+                seconds = median_s(call, repeats=5 if seq < 32768 else 3)
+                sq = seq if case == "square" else seq // 2
+                flops = 4 * heads * d * sq * seq * 3.5 / (2 if case == "square" else 1)  # fwd 1 + bwd 2.5
+                if case == "offset":
+                    flops -= 4 * heads * d * sq * sq * 3.5 / 2  # the causal square's masked half
+                rows.append(
+                    {"seq": seq, "case": case, "kernel": name, "s": seconds, "tflops": flops / seconds / 1e12}
+                )
+    return rows
+
+
+def _op_kinds_rank(strategy: str) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    from tspbench.measure.runner import RankRun
+
+    workload = Workload(SEVEN_B_4, 1, 8192, "train", "none", "bfloat16", "cuda")
+    run = RankRun(Layout(strategy), workload)
+    for _ in range(2):
+        run.step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run.step()
+        torch.cuda.synchronize()
+    kinds: dict[str, float] = {}
+    top: dict[str, float] = {}
+    for event in prof.key_averages():
+        us = event.device_time_total
+        if us <= 0:
+            continue
+        name = event.key.lower()
+        kind = (
+            "attention"
+            if any(t in name for t in ("flash", "fmha", "cudnn", "attn", "sdpa"))
+            else "gemm"
+            if any(t in name for t in ("gemm", "cutlass", "xmma", "nvjet", "sm90", "matmul"))
+            else "elementwise"
+        )
+        kinds[kind] = kinds.get(kind, 0.0) + us / 1e6
+        top[event.key] = us / 1e6
+    biggest = dict(sorted(top.items(), key=lambda kv: -kv[1])[:25])
+    return {"strategy": strategy, "seconds_by_kind": kinds, "top_kernels_s": biggest}
+
+
+def op_kinds() -> list[dict]:
+    return [launch(_op_kinds_rank, 1, s, device="cuda", timeout=300)[0] for s in ("dp", "tsp", "fsdp")]
+
+
+PROBES = {
+    "model_vs_transformers": model_vs_transformers,
+    "launch_costs": launch_costs,
+    "attention_kernels": attention_kernels,
+    "op_kinds": op_kinds,
+}
+
+
+def main(out: Path, names: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names or list(PROBES):
+        start = time.perf_counter()
+        try:
+            result = PROBES[name]()
+        except Exception as exc:  # one probe's failure is its file, not the end of the others
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
+        print(f"{name}: {time.perf_counter() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])
