@@ -7,7 +7,7 @@ set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site || exit 1
-python3 -m pip install -q --no-deps --no-build-isolation . > /dev/null || exit 1
+python3 -m pip install -q --no-deps --no-build-isolation -e . > /dev/null || exit 1  # editable: strategies/ maps to tspbench.strategies
 R=$OUT/h200; mkdir -p "$R/bench"
 echo "${1:-unknown}" > "$R/commit.txt"
 pack() { tar czf "$OUT/h200.tgz" -C "$OUT" h200; }
