@@ -220,6 +220,13 @@ class FullyShardedDataParallel(Strategy):
             Traffic("all_gather", ax, block * self.gather_bytes, L, "decode", "model", hidden=True),
         ]
 
+    def decode_weights_bytes(self) -> int:
+        """The root's gathered parameters and two blocks' (one in use, the next arriving)."""
+        if self.mesh.size(self.shard_axis) == 1:
+            return 0
+        block, root = self.group_sizes()
+        return (root + 2 * block) * self.gather_bytes
+
     def activation_terms(self) -> ActivationTerms:
         """The shared model under plain autograd on this rank's tokens, plus FSDP's gathered
         weights as working memory, as FSDP2 holds them in eager mode:

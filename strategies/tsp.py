@@ -26,6 +26,7 @@ from __future__ import annotations
 from tspbench.strategies.tsp_attention import AttentionSpec, Prefetch, TSPAttention
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
+from tspbench.costs.decode import Widths
 from tspbench.costs.elementwise import over_step, tsp_block_bytes, tsp_ends_bytes
 from tspbench.costs.flops import FlopTerms, ForwardFlops, qkv_gemm_flops
 from tspbench.costs.memory import ActivationTerms, autograd_terms
@@ -140,18 +141,42 @@ class FoldedParallel(Strategy):
         """One decode step still moves every weight shard: D broadcasts of the attention shard
         and D-1 ring shifts of the MLP shard per layer, D-1 of the vocabulary shard for the
         embedding and for the head (channel 1); per head block, the sharded-cache attention's
-        query all-gather and partials all-to-all (channel 0, n/D heads)."""
-        cfg, d, elt, L = self.config, self.mesh.size("tsp"), self.workload.element_size, self.config.n_layers
-        attn_shard = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
-        mlp_shard = 3 * cfg.ffn_hidden // d * cfg.hidden * elt
-        vocab_shard = cfg.vocab_size // d * cfg.hidden * elt
+        query all-gather and partials all-to-all (channel 0, n/D heads). Each weight transfer
+        hides behind the GEMMs of the shard in hand (its b slots through the shard's rows, 2
+        FLOPs per weight per row): D of them per layer for both block schedules and D for the
+        head; the embedding's ring has only lookups to hide behind."""
+        cfg, d, L = self.config, self.mesh.size("tsp"), self.config.n_layers
+        attn, mlp, vocab = self.decode_shards()
         ax = ("tsp",)
+
+        def hides(size: int, n: int, window: str, gemms: int, scope: str = "block", op: str = "send_recv"):
+            flops = 2.0 * self.decode_slots * size / self.workload.element_size if gemms else 0.0
+            return Traffic(op, ax, size, n, "decode", scope, True, 1, window_flops=flops, window=window,
+                           window_count=gemms)  # fmt: skip
+
         return [
-            Traffic("broadcast", ax, attn_shard, d * L, "decode", "block", hidden=True, channel=1),
+            hides(attn, d * L, "attention", d * L, op="broadcast"),
             *self.query_traffic("tsp", cfg.n_heads // d, d * L),
-            Traffic("send_recv", ax, mlp_shard, (d - 1) * L, "decode", "block", hidden=True, channel=1),
-            Traffic("send_recv", ax, vocab_shard, 2 * (d - 1), "decode", "model", hidden=True, channel=1),
+            hides(mlp, (d - 1) * L, "mlp", d * L),
+            hides(vocab, d - 1, "embedding", 0, "model"),
+            hides(vocab, d - 1, "head", d, "model"),
         ]
+
+    def decode_shards(self) -> tuple[int, int, int]:
+        """Bytes of this rank's packed (attention, MLP, vocabulary) shard."""
+        cfg, d, elt = self.config, self.mesh.size("tsp"), self.workload.element_size
+        attn = (2 * cfg.hidden + 2 * cfg.kv_hidden) // d * cfg.hidden * elt
+        return attn, 3 * cfg.ffn_hidden // d * cfg.hidden * elt, cfg.vocab_size // d * cfg.hidden * elt
+
+    def decode_held_widths(self) -> Widths:
+        """One head block and one MLP shard at a time (every one visits)."""
+        cfg, d = self.config, self.mesh.size("tsp")
+        return Widths(cfg.n_heads // d, cfg.n_kv_heads // d, cfg.ffn_hidden // d, cfg.vocab_size)
+
+    def decode_weights_bytes(self) -> int:
+        """Up to two visiting shards in flight besides the rank's own (the largest of them)."""
+        d = self.mesh.size("tsp")
+        return min(2, d - 1) * max(self.decode_shards()) if d > 1 else 0
 
     def traffic(self) -> list[Traffic]:
         """Weights move on channel 1 and hide behind compute; K/V and gradients use channel 0.

@@ -13,12 +13,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tspbench.analytic import decode, prices, timing
+from tspbench.analytic import decode, decode_step, prices, timing
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timeline import Costs, kernel_seconds
 from tspbench.core.spec import Layout, ModelConfig
 from tspbench.core.trace import ATTENTION, CAUSAL, COMPUTE, ELEMENTWISE, EVENT, GEMM, RankTrace
-from tspbench.costs.decode import Transfer
 from tspbench.costs.flops import FlopTerms
 from tspbench.dist.mesh import Mesh
 from tspbench.strategy import Traffic
@@ -47,7 +46,7 @@ def closed_form(flops: FlopTerms, elementwise_bytes: float = 0.0) -> tuple[float
 
 
 def decoded(gemm=0.0, weight_bytes=0.0, attention=0.0, cache_bytes=0.0, elementwise_bytes=0.0):
-    return decode.compute_seconds(HW, 1, gemm, weight_bytes, attention, cache_bytes, elementwise_bytes)
+    return decode_step.compute_seconds(HW, 1, gemm, weight_bytes, attention, cache_bytes, elementwise_bytes)
 
 
 def test_a_gemm_is_priced_alike_by_all_three() -> None:
@@ -117,7 +116,9 @@ def test_a_collective_is_priced_alike_by_all_three(axis: str, dims: dict[str, in
     assert timing.comm_seconds(mesh, [Traffic("all_reduce", (axis,), NBYTES, 1)], HW) == (price, 0.0)
     link, *replay = Costs(HW, mesh.world_size).collective_seconds("all_reduce", ranks, NBYTES)
     assert (link, replay) == ("nic" if inter else "node", [latency, transfer])
-    assert decode.transfer_s(Transfer("all_reduce", axis, NBYTES, 1), mesh, HW) == price
+    traffic = Traffic("all_reduce", (axis,), NBYTES, 3, hidden=True, window="w", window_flops=1.0)
+    assert timing.call_seconds(mesh, traffic, HW) == price  # decode's exposed calls, and its windows':
+    assert decode_step.window_spans([traffic], mesh, HW, 1.0)[0][1] == 3 * price
 
 
 def test_traffic_hidden_behind_compute_costs_alike_in_the_closed_form_and_decode() -> None:
@@ -128,7 +129,7 @@ def test_traffic_hidden_behind_compute_costs_alike_in_the_closed_form_and_decode
     for hw in (HW, slow):
         p = decode.predict_decode(Layout("fsdp", fsdp=4), tiny, 4, 64, 3, "float32", hw)
         step = p.steps[1]
-        traffic = decode.traffic_of([t for t in p.transfers if t.phase == "decode"])
+        traffic = [t for t in p.transfers if t.phase == "decode"]
         exposed, hidden = timing.comm_seconds(p.mesh, traffic, hw)
         closed = timing.StepTime(
             step.gemm_s, step.attention_s, step.elementwise_s, exposed, hidden, hw.overlap_efficiency, 1.0

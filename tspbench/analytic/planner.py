@@ -24,7 +24,6 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.costs.decode import DECODE_STRATEGIES
 from tspbench.strategy import get_strategy, iter_strategies
 
 
@@ -206,9 +205,7 @@ def plan_decode(
     for layout in candidate_layouts(gpus):
         candidate = DecodeCandidate(layout)
         mp = layout.world_size // layout.dp
-        if layout.strategy not in DECODE_STRATEGIES:
-            candidate.reason = f"no decode model for strategy {layout.strategy!r}"
-        elif mp > hw.gpus_per_node and not allow_cross_node:
+        if mp > hw.gpus_per_node and not allow_cross_node:
             candidate.reason = (
                 f"crosses nodes: model-parallel group of {mp} > {hw.gpus_per_node} GPUs per node"
             )

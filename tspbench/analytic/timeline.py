@@ -13,17 +13,8 @@ it uses (inside the node, or across the NIC). Its events run in program order:
     record /  CUDA events order the streams (FSDP2's all-gather and reduce-scatter streams)
     stream wait
 
-Costs (``op_seconds``) come from a hardware profile, priced by tspbench.analytic.prices:
+Each op costs what tspbench.analytic.replay_costs prices it at (``op_seconds``), and:
 
-    GEMM          max(FLOPs / GEMM rate, bytes / memory bandwidth)
-    attention     FLOPs / the rate measured for its kind and size (a causal square by its side,
-                  a query chunk against the keys before it by the chunk)
-    element-wise  bytes read and written / memory bandwidth (on CPU: the bandwidth measured for
-                  its op name, as calibrate measured it in a profiled step)
-    each op       + the profile's per-op overhead (CPU: dispatch; GPU: kernel launch and tail),
-                  and the host's time per op outside the kernels (CPU: Python, autograd; GPU: 0,
-                  the host runs ahead of the device)
-    rank's share  where ranks share a host's cores, each kind at the share calibrate measured
     drift         where ranks outnumber a host's cores, a rank issues each collective late by
                   the wait calibrate measured after the same compute (``Hardware.sync_s``: the
                   scheduler runs its peers meanwhile); none on GPUs (each rank has its device)
@@ -48,15 +39,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tspbench.analytic import prices
 from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.replay_costs import Costs, by_kind, kernel_seconds, kind_seconds, op_seconds
 from tspbench.core.trace import (
-    ATTENTION,
-    CAUSAL,
-    CLASS_NAMES,
     COMPUTE,
-    ELEMENTWISE,
-    GEMM,
     ISSUE,
     MARK,
     RECORD,
@@ -65,67 +51,9 @@ from tspbench.core.trace import (
     RankTrace,
 )
 
+__all__ = ["Costs", "Timeline", "kernel_seconds", "kind_seconds", "op_seconds", "op_times", "timeline"]
 PASSES = 3  # replays: the first without contention, each next with the overlaps of the one before
 Item = tuple[int, int, float]  # events [first, end) of a rank; seconds of a run of compute, or nan
-
-
-@dataclass(frozen=True)
-class Costs:
-    """What the replay charges: a profile, the ranks sharing each node, the job's world size."""
-
-    hw: Hardware
-    world_size: int
-
-    @property
-    def ranks_on_node(self) -> int:
-        return min(self.world_size, self.hw.gpus_per_node)
-
-    def collective_seconds(
-        self, op: str, ranks: tuple[int, ...], msg_bytes: float
-    ) -> tuple[str, float, float]:
-        """(link name, latency s, transfer s) of ``op`` over the global ``ranks``: the latency
-        overlaps other transfers (collectives issued back to back pipeline it); the transfer
-        holds the link."""
-        inter = prices.crosses_nodes(ranks, self.hw.gpus_per_node)
-        n = len(ranks)
-        latency, transfer = prices.collective_seconds(self.hw, op, n, self.world_size, inter, msg_bytes)
-        return ("nic" if inter else "node"), latency, transfer
-
-
-def op_seconds(trace: RankTrace, costs: Costs) -> np.ndarray:
-    """Seconds of every compute event of ``trace`` (0 for the rest), at the rank's share: its
-    kernel (``kernel_seconds``) and the host's time around it."""
-    out = kernel_seconds(trace, costs)
-    out[trace.events["kind"] == COMPUTE] += costs.hw.host_overhead_us * 1e-6
-    return out
-
-
-def kernel_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> np.ndarray:
-    """Seconds of every compute event's kernel (0 for views, allocations and other events), at the
-    rank's share of its device with every rank of the node computing (``alone``: the whole device)."""
-    ev, hw, ranks = trace.events, costs.hw, 1 if alone else costs.ranks_on_node
-    share = {c: hw.kind_share(CLASS_NAMES[c], ranks) for c in (GEMM, ATTENTION, ELEMENTWISE)}
-    out = np.zeros(len(ev))
-    compute = ev["kind"] == COMPUTE
-    gemm = compute & (ev["cls"] == GEMM)
-    out[gemm] = prices.gemm_seconds(hw, ev["flops"][gemm], ev["nbytes"][gemm])
-    elementwise = compute & (ev["cls"] == ELEMENTWISE)
-    rates = np.array([prices.elementwise_gbs(hw, n) for n in trace.names] or [1.0])
-    out[elementwise] = prices.elementwise_seconds(ev["nbytes"][elementwise], rates[ev["name"][elementwise]])
-    attention = compute & (ev["cls"] == ATTENTION)
-    for i in np.flatnonzero(attention):
-        causal = bool(ev["flags"][i] & CAUSAL)
-        out[i] = prices.attention_seconds(hw, ev["flops"][i], causal, int(ev["size"][i]))
-    for cls, mask in ((GEMM, gemm), (ATTENTION, attention), (ELEMENTWISE, elementwise)):
-        out[mask] = prices.at_share(out[mask], share[cls], hw.op_overhead_us * 1e-6)
-    return out
-
-
-def kind_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> dict[str, float]:
-    """The trace's kernel seconds by cost class (what the op-level check compares; ``alone``:
-    each op on a device of its own)."""
-    seconds, ev = kernel_seconds(trace, costs, alone), trace.events
-    return {CLASS_NAMES[c]: float(seconds[ev["cls"] == c].sum()) for c in (GEMM, ATTENTION, ELEMENTWISE)}
 
 
 # ----------------------------------------------------------------------------- the schedule
@@ -362,16 +290,6 @@ def timeline(traces: list[RankTrace], hw: Hardware, world_size: int) -> Timeline
             replay.run()
             kinds = {r: p[1] for r, p in priced.items()} if shared else kinds
     return summarize(replay, kinds)
-
-
-def by_kind(trace: RankTrace, costs: Costs) -> np.ndarray:
-    """Per event, its seconds on a device of its own: [GEMM, attention, element-wise, host]."""
-    ev, out = trace.events, np.zeros((len(trace.events), 4))
-    alone = kernel_seconds(trace, costs, alone=True)
-    for column, cls in enumerate((GEMM, ATTENTION, ELEMENTWISE)):
-        out[:, column] = np.where(ev["cls"] == cls, alone, 0.0)
-    out[:, 3] = np.where(ev["kind"] == COMPUTE, costs.hw.host_overhead_us * 1e-6, 0.0)
-    return out
 
 
 def repriced(

@@ -123,6 +123,13 @@ def crosses_nodes(mesh: Mesh, t: Traffic, gpus_per_node: int) -> bool:
     return prices.crosses_nodes(mesh.group(*t.axes).ranks, gpus_per_node)
 
 
+def call_seconds(mesh: Mesh, t: Traffic, hw: Hardware) -> float:
+    """One call of ``t``: latency + transfer on the link its group crosses."""
+    inter = crosses_nodes(mesh, t, hw.gpus_per_node)
+    n = mesh.size(*t.axes)
+    return sum(prices.collective_seconds(hw, t.op, n, mesh.world_size, inter, t.msg_bytes, t.batched))
+
+
 def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float = 1.0) -> tuple[float, float]:
     """(exposed, hidden) seconds of the step's collectives. Hidden calls with a window hide at
     most its GEMM seconds (at the rank's ``share`` of its device); the calls that share a named
@@ -136,8 +143,7 @@ def comm_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, share: float 
         n = mesh.size(*t.axes)
         if n == 1 or not t.count:
             continue
-        inter = crosses_nodes(mesh, t, hw.gpus_per_node)
-        call = sum(prices.collective_seconds(hw, t.op, n, mesh.world_size, inter, t.msg_bytes, t.batched))
+        call = call_seconds(mesh, t, hw)
         if not t.hidden:
             exposed += t.count * call
             queued += [(t, call)] if t.queue else []

@@ -100,8 +100,13 @@ def qkv_gemm_flops(s: Shapes) -> float:
 
 def block_gemm_flops(s: Shapes, q: int, kv: int, ffn: int) -> tuple[float, float]:
     """Forward GEMM FLOPs of one block's (attention, MLP) on B x T local tokens."""
-    bt = s.batch * s.tokens
-    return 2 * bt * s.hidden * (2 * q + 2 * kv), 6 * bt * s.hidden * ffn
+    return rows_gemm_flops(s.batch * s.tokens, s.hidden, q, kv, ffn)
+
+
+def rows_gemm_flops(rows: int, hidden: int, q: int, kv: int, ffn: int) -> tuple[float, float]:
+    """Forward GEMM FLOPs of one block's (attention, MLP) on ``rows`` tokens: the q, k, v and
+    output projections at widths q, kv (2 m n k each) and the three MLP projections at ffn."""
+    return 2 * rows * hidden * (2 * q + 2 * kv), 6 * rows * hidden * ffn
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from tspbench.costs.decode import DecodeShape, Widths, widths
 from tspbench.dist import comm
 from tspbench.dist.decode import owned_sequences
 from tspbench.model.cache import KVCache
@@ -73,6 +74,21 @@ class Decoding:
             return list(range(self.workload.batch))
         return owned_sequences(self.workload.batch, self.decode_parts, self.mesh.index(self.sequence_axis))
 
+    # ------------------------------------------------------------------ the decode model's terms
+    def decode_shape(self) -> DecodeShape:
+        """This rank's decode as the cost terms size it (tspbench.costs.decode)."""
+        w = self.workload
+        heads = self.mesh.size(self.head_axis) if self.head_axis else 1
+        return DecodeShape(self.decode_parts, heads, w.batch, w.seq_len, w.decode_tokens, w.dtype)
+
+    def decode_held_widths(self) -> Widths:
+        """The widths a rank's decode step holds at once (its activations): its own."""
+        return widths(self.config, self.decode_shape())
+
+    def decode_weights_bytes(self) -> int:
+        """Weights a decode step holds beyond the rank's own (in flight, gathered): none."""
+        return 0
+
     # ------------------------------------------------------------------ the run (no grad)
     def vocab_logits(self, logits: Tensor) -> Tensor:
         """[b, V_loc] -> [b, V]: the whole vocabulary, for the greedy argmax."""
@@ -106,7 +122,10 @@ class Decoding:
 
     # ------------------------------------------------------------------ collectives declared
     def decode_traffic(self) -> list[Traffic]:
-        """Every collective of ONE decode step on this rank (phase "decode"); the strategy's own."""
+        """Every collective of ONE decode step on this rank (phase "decode"); the strategy's own.
+        The decode model (tspbench.analytic.decode) prices them: exposed, or hidden behind the
+        whole step's compute, or (``window``) behind a window of GEMMs of ``window_flops``, run
+        ``window_count`` times (0: once per call), that read the largest of the window's messages."""
         return []
 
     def first_token_traffic(self) -> list[Traffic]:

@@ -32,6 +32,8 @@ class Traffic:
     ``queue`` (blocking calls): the window, of the same phase and link, whose transfers the
     schedule issues before this call, which it waits behind on the link; ``queue_flops`` is
     the compute issued between those transfers and this call (what they get to run under first).
+    ``window_count`` (decode): how many times a step runs its window's compute where that is not
+    the calls' count (a ring's D shards in hand behind its D - 1 shifts); 0: once per call.
     """
 
     op: str
@@ -47,6 +49,7 @@ class Traffic:
     window: str = ""
     queue: str = ""
     queue_flops: float = 0.0
+    window_count: int = 0
 
 
 RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
