@@ -166,6 +166,15 @@ SPEC = {
         ("all_gather", ("fsdp",), 0, (2 * 512 * 64 + 64) * 4): 1,
         ("all_gather", ("fsdp",), 0, (4 * 64 * 64 + 3 * 256 * 64 + 2 * 64) * 4): 2,
     },
+    Layout("tp_sp", tp=2, sp=2): {  # tp's on b = 2 slots, sp's with n / T = 2 heads
+        ("all_reduce", ("tp",), 0, 2 * 64 * 4): 5, ("all_gather", ("tp",), 0, 2 * 512 * 4): 1,
+        ("all_gather", ("sp",), 0, 2 * 2 * 2 * 16 * 4): 2, ("all_to_all", ("sp",), 0, 2 * 2 * 2 * 17 * 4): 2,
+    },
+    Layout("fsdp_sp", sp=4): {  # fsdp's gathers over sp, and sp's q / partials
+        ("all_gather", ("sp",), 0, (2 * 512 * 64 + 64) * 4): 1,
+        ("all_gather", ("sp",), 0, (4 * 64 * 64 + 3 * 256 * 64 + 2 * 64) * 4): 2,
+        ("all_gather", ("sp",), 0, 4 * 4 * 16 * 4): 2, ("all_to_all", ("sp",), 0, 4 * 4 * 17 * 4): 2,
+    },
 }  # fmt: skip
 
 

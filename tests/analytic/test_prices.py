@@ -141,3 +141,15 @@ def test_traffic_hidden_behind_compute_costs_alike_in_the_closed_form_and_decode
         assert closed.hidden_exposed_s == prices.hidden_exposed(
             closed.compute_s, hidden, hw.overlap_efficiency
         )
+
+
+def test_a_wait_on_peers_is_the_price_lists() -> None:
+    """Where ranks share a host's cores, a blocking call after a chunk of compute waits for its
+    peers: the closed form charges the price list's wait per call (the timeline issues each call
+    that much late, from the same function)."""
+    host = replace(HW, cores_per_node=2, sync_us={4: {1000.0: 300.0, 9000.0: 100.0}})
+    chunk = 2.5e-3
+    price = prices.peer_wait_seconds(host, 4, chunk)
+    assert price == pytest.approx(300e-6 + (100e-6 - 300e-6) * 1500 / 8000, rel=1e-12)
+    mesh = Mesh.planning({"dp": 1, "tp": 4}, 1)
+    assert timing.sync_seconds(mesh, [Traffic("all_reduce", ("tp",), NBYTES, 1)], host, chunk) == price

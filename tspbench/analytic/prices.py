@@ -15,6 +15,8 @@ price every op here and nowhere else, so a price changes in one place.
     collective    latency + bus bytes / bus bandwidth of its op, group size and link (inside a
                   node or across the NIC: ``crosses_nodes``); the latency and the transfer
                   apart, since only the transfer holds the link
+    peer wait     where ranks share a host's cores, a blocking call's wait for its peers after
+                  a chunk of compute (``peer_wait_seconds``)
     overlap       hidden traffic behind compute: ``(1 - eta) hidden + max(0, eta hidden -
                   compute)`` still costs time (eta: the profile's overlap efficiency); a
                   window's traffic hides behind at most the window's compute (``behind``)
@@ -105,6 +107,12 @@ def collective_seconds(
     async with others of its phase, at the batched latency where the profile measured one."""
     latency, bandwidth = hw.link(op, group_size, world_size, inter_node, batched)
     return latency, BUS_FACTOR[op](group_size) * msg_bytes / bandwidth
+
+
+def peer_wait_seconds(hw: Hardware, ranks_on_node: int, chunk_s: float) -> float:
+    """What a blocking call after ``chunk_s`` of compute waits for its peers to be scheduled,
+    where ranks share a host's cores (``Hardware.sync_s``; 0 on a device of its own)."""
+    return hw.sync_s(ranks_on_node, chunk_s)
 
 
 # ----------------------------------------------------------------------------- overlap

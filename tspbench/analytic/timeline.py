@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tspbench.analytic import prices
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.replay_costs import Costs, by_kind, kernel_seconds, kind_seconds, op_seconds
 from tspbench.core.trace import (
@@ -205,7 +206,7 @@ class Replay:
             link, latency, transfer = self.costs.collective_seconds(op, group.ranks, float(ev["nbytes"]))
             coll = Collective(op, group.label, group.ranks, float(ev["nbytes"]), link, latency, transfer)
             self.instances[(key, seq)] = coll
-        drift = self.costs.hw.sync_s(self.costs.ranks_on_node, s.computed)
+        drift = prices.peer_wait_seconds(self.costs.hw, self.costs.ranks_on_node, s.computed)
         coll.issued[s.trace.rank] = s.lanes[stream] + drift
         s.computed = 0.0
         s.coll_of[i] = coll

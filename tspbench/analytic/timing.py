@@ -187,7 +187,8 @@ def gemm_window_seconds(flops: float, hw: Hardware, share: float) -> float:
 def sync_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, compute_s: float) -> float:
     """What the step's waits on peers cost: each after compute_s / waits of compute, on average."""
     waits = sync_calls(mesh, traffic)
-    return waits * hw.sync_s(min(mesh.world_size, hw.gpus_per_node), compute_s / waits) if waits else 0.0
+    ranks = min(mesh.world_size, hw.gpus_per_node)
+    return waits * prices.peer_wait_seconds(hw, ranks, compute_s / waits) if waits else 0.0
 
 
 def sync_calls(mesh: Mesh, traffic: list[Traffic]) -> int:
