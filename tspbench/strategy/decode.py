@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from tspbench.costs.decode import DecodeShape, Widths, widths
+from tspbench.costs.decode import DecodeShape, Widths, kv_cache_bytes, widths
 from tspbench.dist import comm
 from tspbench.dist.decode import owned_sequences
 from tspbench.model.cache import KVCache
@@ -55,9 +55,7 @@ class Decoding:
 
     def cache_bytes(self) -> int:
         """Bytes of this rank's KV cache: 2 L m_loc d (B S / P + b N) x element size."""
-        w, cfg = self.workload, self.config
-        positions = w.batch * w.seq_len // self.decode_parts + self.decode_slots * w.decode_tokens
-        return 2 * cfg.n_layers * self.cache_kv_heads * cfg.head_dim * positions * w.element_size
+        return kv_cache_bytes(self.config, self.decode_shape())
 
     def allocate_cache(self) -> KVCache:
         w, cfg = self.workload, self.config
