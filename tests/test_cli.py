@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_exit import exit_code
 
 from tspbench.cli.main import main
 
@@ -64,16 +65,8 @@ def test_env_json_has_the_documented_keys() -> None:
     assert record["git_sha"] is None or len(record["git_sha"]) == 40
 
 
-def _exit_code(argv: list[str]) -> int:
-    """main()'s exit status, whether it returns it or argparse raises SystemExit."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
-
-
 def test_unknown_command_exits_2(capsys) -> None:
-    assert _exit_code(["no-such-command"]) == 2
+    assert exit_code(["no-such-command"]) == 2
     assert "invalid choice: 'no-such-command'" in capsys.readouterr().err
 
 
@@ -170,7 +163,7 @@ def test_unknown_command_exits_2(capsys) -> None:
 def test_bad_value_exits_2_naming_the_problem(argv: list[str], problem: str, capsys) -> None:
     """One line on stderr, exit 2, at once: before any rank starts (a launch costs seconds)."""
     start = time.perf_counter()
-    assert _exit_code(argv) == 2
+    assert exit_code(argv) == 2
     assert time.perf_counter() - start < 2.0
     out, err = capsys.readouterr()
     assert problem in err and len(err.strip().splitlines()) == 1 and out == "", err
@@ -185,14 +178,14 @@ def test_results_or_output_path_that_is_a_file_exits_2(tmp_path, capsys) -> None
         (["run", experiment, "--results", str(a_file / "sub")], f"{a_file} is a file, not a folder"),
         (["calibrate", "--out", str(tmp_path)], f"--out {tmp_path}: is a folder, expected a file"),
     ):
-        assert _exit_code(argv) == 2
+        assert exit_code(argv) == 2
         err = capsys.readouterr().err
         assert problem in err and len(err.strip().splitlines()) == 1, err
 
 
 def _one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """The one stderr line of a refused command (exit 2, nothing on stdout)."""
-    assert _exit_code(argv) == 2
+    assert exit_code(argv) == 2
     out, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and out == "", err
     return err.strip()

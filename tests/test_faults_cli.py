@@ -16,17 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_exit import exit_code
 
 from tspbench.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _exit_code(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return int(exc.code)
 
 
 def interrupted(argv: list[str], started: str, cwd: Path, after_s: float = 0.0) -> tuple[int, str]:
@@ -95,7 +89,7 @@ def test_ctrl_c_in_backtest_execute_is_one_line_and_exit_130(tmp_path: Path) -> 
 
 def _refused_quickly(argv: list[str], says: str, capsys) -> None:
     start = time.perf_counter()
-    assert _exit_code(argv) == 2
+    assert exit_code(argv) == 2
     seconds = time.perf_counter() - start
     out, err = capsys.readouterr()
     assert says in err and len(err.strip().splitlines()) == 1 and out == "", err

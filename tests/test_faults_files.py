@@ -17,21 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_exit import exit_code
 
-from tspbench.cli.main import main
 from tspbench.core.errors import DamagedFileError, OutputError
 from tspbench.core.files import write_atomic
 from tspbench.core.trace import EVENT, Group, RankTrace, load_traces, save_traces
 from tspbench.measure.calibrate import Calibration
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _exit_code(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return int(exc.code)
 
 
 @pytest.fixture
@@ -98,7 +91,7 @@ def test_calibrate_prints_its_profile_when_its_file_cannot_be_written(tiny_disk,
     profile = {"name": "probe", "gemm_tflops": 1.0, "notes": ["x" * 100] * 200}  # ~20 KiB of YAML
     monkeypatch.setattr(tspbench.cli.analytic, "calibrate", lambda *a, **k: Calibration(profile, []))
     out_file = tiny_disk / "cpu.yaml"
-    assert _exit_code(["calibrate", "--quick", "--model", "tiny", "--out", str(out_file)]) == 2
+    assert exit_code(["calibrate", "--quick", "--model", "tiny", "--out", str(out_file)]) == 2
     out, err = capsys.readouterr()
     assert "name: probe" in out and "gemm_tflops: 1.0" in out  # the measurement is not lost
     assert err.strip() == f"tspbench calibrate: error: cannot write {out_file}: No space left on device"
@@ -106,7 +99,7 @@ def test_calibrate_prints_its_profile_when_its_file_cannot_be_written(tiny_disk,
 
 def test_a_full_disk_is_caught_before_the_work(tiny_disk: Path, capsys) -> None:
     (tiny_disk / "fill").write_bytes(b"\0" * 64 * 1024)  # nothing left, not even for one byte
-    assert _exit_code(["report", str(tiny_disk), "--out", str(tiny_disk / "report")]) == 2
+    assert exit_code(["report", str(tiny_disk), "--out", str(tiny_disk / "report")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("No space left on device") and "cannot be written" in err, err
 
@@ -116,7 +109,7 @@ def test_a_damaged_trace_is_one_line_naming_it(damage: str, tmp_path: Path, caps
     path = damaged_copies(two_rank_trace(tmp_path / "good.npz"), tmp_path)[damage]
     with pytest.raises(DamagedFileError, match=str(path)):
         load_traces(path)
-    assert _exit_code(["replay", str(path)]) == 2
+    assert exit_code(["replay", str(path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"tspbench replay: error: {path}: "), err
@@ -128,10 +121,10 @@ def test_a_damaged_trace_is_one_line_naming_it(damage: str, tmp_path: Path, caps
 def test_replay_refuses_a_world_smaller_than_the_trace(tmp_path: Path, capsys) -> None:
     path = two_rank_trace(tmp_path / "t.npz")
     for world, says in (("0", "must be >= 1"), ("-3", "must be >= 1"), ("1", "give at least 2")):
-        assert _exit_code(["replay", str(path), "--world-size", world]) == 2
+        assert exit_code(["replay", str(path), "--world-size", world]) == 2
         err = capsys.readouterr().err
         assert says in err and len(err.strip().splitlines()) == 1, err
-    assert _exit_code(["replay", str(path), "--trace", str(tmp_path / "out.txt")]) == 2
+    assert exit_code(["replay", str(path), "--trace", str(tmp_path / "out.txt")]) == 2
     assert "must end in .json or .json.gz" in capsys.readouterr().err
 
 
@@ -147,7 +140,7 @@ def test_backtest_predicts_around_a_damaged_stored_record_and_trace(
     shutil.copy(bad, trace)
     record.write_bytes(bad.read_bytes()[:10] if damage != "chrome" else b"[1, 2]")
     argv = ["backtest", "--file", str(published / "published.yaml"), "--out", str(tmp_path / "out")]
-    assert _exit_code(argv) == 2
+    assert exit_code(argv) == 2
     out, err = capsys.readouterr()
     assert "wrote" in out and (tmp_path / "out" / "backtest.csv").is_file()  # the rest is reported
     lines = err.strip().splitlines()
@@ -160,6 +153,6 @@ def test_status_on_a_point_folder_names_the_study_folder(tmp_path: Path, capsys)
     run.mkdir(parents=True)
     (run / "point.json").write_text("{}")
     for command in ("status", "report"):
-        assert _exit_code([command, str(run)]) == 2
+        assert exit_code([command, str(run)]) == 2
         err = capsys.readouterr().err
         assert "is one point's run folder" in err and f"study folder {run.parent}" in err, err

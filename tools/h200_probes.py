@@ -16,7 +16,6 @@ python tools/h200_probes.py OUT [names...]
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -26,21 +25,15 @@ import torch
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
+from tspbench.measure.gpu_rows import timed
 from tspbench.model import attention
 
 SEVEN_B_4 = replace(ModelConfig.preset("7b"), n_layers=4, name="7b-4layers")
 
 
-def median_s(fn, repeats: int = 5, warmup: int = 2) -> float:
-    times = []
-    for i in range(warmup + repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def median_s(fn, repeats: int = 5) -> float:
+    """Median seconds on the GPU after two warm-ups (gpu-check's timer)."""
+    return timed(fn, "cuda", repeats)
 
 
 def model_vs_transformers() -> list[dict]:

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tspbench.core.errors import HardwareError
+from tspbench.core.names import CUDA_ATTENTION_KERNELS
 from tspbench.core.yamlfile import read_yaml
-
-CUDA_KERNELS = ("cudnn", "flash")  # tspbench.model.attention.CUDA_KERNELS (analytic imports no torch)
 
 SHIPPED = Path(__file__).parent / "profiles"
 # Passes of element-wise traffic a step makes, for a profile that measured (calibrate) or fitted
@@ -302,8 +301,8 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     passes = values.get("elementwise_passes")
     values["elementwise_passes"] = _passes({} if passes is None else passes)
     kernel = values.get("attention_kernel")
-    if kernel is not None and kernel not in CUDA_KERNELS:
-        raise _BadField(f"attention_kernel: must be one of {list(CUDA_KERNELS)}, got {kernel!r}")
+    if kernel is not None and kernel not in CUDA_ATTENTION_KERNELS:
+        raise _BadField(f"attention_kernel: must be one of {list(CUDA_ATTENTION_KERNELS)}, got {kernel!r}")
     values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
     return Hardware(**values)
 

@@ -11,6 +11,7 @@ DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
 DTYPES = tuple(DTYPE_BYTES)
 # What a collective is attributed to; in decode mode the prefill is "forward", each step "decode".
 PHASES = ("forward", "backward", "optimizer", "decode")
+CUDA_ATTENTION_KERNELS = ("cudnn", "flash")  # what a GPU's attention runs on (tspbench.model.attention)
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "kv_cache", "other")  # peak memory
 
 # A point's status in the results store: pending -> running -> one of FINAL_STATUSES.

@@ -58,3 +58,9 @@ def comm_fields(records: Iterable[Collective], prefix: str = "comm") -> dict[str
         out[f"{prefix}_{r.op}_bytes"] += r.bus_bytes
         out[f"{prefix}_{r.phase}_bytes"] += r.bus_bytes
     return dict(out)
+
+
+def attention_kernel_field(ranks: list[dict]) -> str | None:
+    """The attention kernels the ranks' measured step called (``attention_kernels`` of each
+    rank's result, tspbench.model.attention), joined: a record's ``attention_kernel``."""
+    return "+".join(sorted({k for r in ranks for k in r.get("attention_kernels", ())})) or None

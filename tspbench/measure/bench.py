@@ -33,7 +33,7 @@ from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.mfu import mfu_fields
 from tspbench.analytic.predict import predict
 from tspbench.core.errors import WorkloadError
-from tspbench.core.records import busiest_comm, comm_fields, point_record
+from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt, percentile
 from tspbench.costs.flops import model_flops_per_step
@@ -117,11 +117,6 @@ def measurement_record(layout: Layout, workload: Workload, ranks: list[dict]) ->
         **comm_fields(busiest_comm(ranks)),
         **clock_fields([r.get("clocks") for r in ranks]),
     }
-
-
-def attention_kernel_field(ranks: list[dict]) -> str | None:
-    """The attention kernels the ranks' tracked step called (tspbench.model.attention), joined."""
-    return "+".join(sorted({k for r in ranks for k in r.get("attention_kernels", ())})) or None
 
 
 def clock_fields(clocks: list[dict[str, float] | None]) -> dict[str, float]:

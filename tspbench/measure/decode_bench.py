@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from tspbench.analytic.decode import predict_decode
-from tspbench.core.records import busiest_comm, comm_fields
+from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import percentile
 from tspbench.measure.decode_graphs import DecodeGraphs
@@ -107,7 +107,7 @@ def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict
         "step_time_s": statistics.median(sum(run) for run in slowest),  # a whole decode run
         "tokens_per_step": seqs * (n + 1),
         "decode_tokens_per_s": seqs / median,
-        "attention_kernel": "+".join(sorted({k for r in ranks for k in r["attention_kernels"]})) or None,
+        "attention_kernel": attention_kernel_field(ranks),
         "decode_tokens_sha1": tokens_digest([r["tokens"] for r in ranks]),
         **top["memory"].to_record(),
         "peak_memory_rank": top["rank"],

@@ -40,14 +40,14 @@ from torch._subclasses.fake_tensor import (
 )
 
 from tspbench.analytic.hardware import load_hardware
-from tspbench.core.records import busiest_comm, comm_fields, point_record
+from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
 from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.fake_world import FakeWorld, run_fake_ranks
 from tspbench.dist.launch import LaunchTimeout, RankError
 from tspbench.measure import fake_cuda
-from tspbench.measure.bench import attention_kernel_field, predictions
+from tspbench.measure.bench import predictions
 from tspbench.measure.decode_bench import decode_work_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally

@@ -116,7 +116,10 @@ def run(
         ("calibrate", lambda: calibrate_check(p, quick, profile)),
         ("attention/speed", lambda: attention_speed_check(device, quick)),
     ]
-    hardware = lambda: str(profile) if profile.exists() else None  # noqa: E731 (after calibrate)
+
+    def hardware() -> str | None:  # the profile calibrate wrote, once it has run
+        return str(profile) if profile.exists() else None
+
     todo += [(f"validate/{n}", lambda n=n: validate_check(p, n)) for n in names]
     if "tsp" in names:
         todo.append(("overlap/tsp", lambda: overlap_check(p, hardware())))

@@ -50,9 +50,6 @@ class Check:
     details: dict = field(default_factory=dict)
 
 
-_check = Check
-
-
 def timed(fn: Callable[[], None], device: str, repeats: int) -> float:
     """Median seconds of ``fn`` over ``repeats`` runs after two warm-ups (synchronised)."""
     times = []
@@ -105,17 +102,17 @@ def attention_speed_check(device: str, quick: bool) -> Check:
     worst = max(rows, key=lambda key: rows[key]["ratio"])
     text = ", ".join(f"{key}: {r['ratio']:.2f}" for key, r in rows.items())
     if device != "cuda":
-        return _check("attention/speed", "measured", f"model / SDPA default, fwd+bwd: {text}", rows)
+        return Check("attention/speed", "measured", f"model / SDPA default, fwd+bwd: {text}", rows)
     ok = rows[worst]["ratio"] <= ATTENTION_SPEED_LIMIT
     summary = f"model / SDPA default, fwd+bwd: {text} (limit {ATTENTION_SPEED_LIMIT})"
-    return _check("attention/speed", "passed" if ok else "failed", summary, rows)
+    return Check("attention/speed", "passed" if ok else "failed", summary, rows)
 
 
 def inference_memory_check(p: Plan, hardware: str | None) -> Check:
     workload = p.memory.with_(mode="infer")
     record = bench(Layout("dp", dp=1), workload, steps=2, warmup=1, timeout=900, hardware=hardware)
     if record["status"] != "completed":
-        return _check("memory/infer", "failed", f"{record['status']}: {record.get('error')}", record)
+        return Check("memory/infer", "failed", f"{record['status']}: {record.get('error')}", record)
     peaks = record["peak_memory_step_bytes"]
     spread = max(peaks) / min(peaks) - 1
     summary = (
@@ -123,7 +120,7 @@ def inference_memory_check(p: Plan, hardware: str | None) -> Check:
         f"{', '.join(f'{b / 2**30:.2f}' for b in peaks)} GiB "
         f"({spread:.1e} apart; at most {INFER_PEAK_SPREAD:g})"
     )
-    return _check("memory/infer", "passed" if spread <= INFER_PEAK_SPREAD else "failed", summary, record)
+    return Check("memory/infer", "passed" if spread <= INFER_PEAK_SPREAD else "failed", summary, record)
 
 
 def step_check(p: Plan, quick: bool, hardware: str | None) -> Check:
@@ -133,10 +130,10 @@ def step_check(p: Plan, quick: bool, hardware: str | None) -> Check:
         r = bench(Layout("dp", dp=1), p.memory.with_(seq_len=seq), steps=3, warmup=1, timeout=900)
         records[seq] = r
         if r["status"] != "completed":
-            return _check("step", "failed", f"{seq} tokens: {r['status']}", records)
+            return Check("step", "failed", f"{seq} tokens: {r['status']}", records)
         mfu = f", MFU {r['mfu']:.1%} of {r['mfu_peak_tflops']:g} TFLOP/s" if r.get("mfu") else ""
         parts.append(f"{seq} tokens {r['step_time_s']:.3g} s{mfu}")
-    return _check("step", "measured", f"{p.memory.model.name} training: {'; '.join(parts)}", records)
+    return Check("step", "measured", f"{p.memory.model.name} training: {'; '.join(parts)}", records)
 
 
 def decode_floor_s(record: dict, model: ModelConfig, element_size: int, bandwidth_gbs: float) -> float:
@@ -160,12 +157,12 @@ def decode_tpot_check(p: Plan, quick: bool, hardware: str | None) -> Check:
     }
     details = {("graphed" if g else "eager"): r for g, r in runs.items()}
     if any(r["status"] != "completed" for r in runs.values()):
-        return _check("decode/tpot", "failed", "a decode run did not complete", details)
+        return Check("decode/tpot", "failed", "a decode run did not complete", details)
     bandwidth = load_hardware(hardware).hbm_bandwidth_gbs if hardware else None
     floor = decode_floor_s(runs[modes[0]], model, workload.element_size, bandwidth) if bandwidth else None
     text = "; ".join(f"{k} TPOT {r['tpot_s'] * 1e3:.2f} ms" for k, r in details.items())
     if floor is None or p.device != "cuda":
-        return _check("decode/tpot", "measured", text, details)
+        return Check("decode/tpot", "measured", text, details)
     same = runs[True]["decode_tokens_sha1"] == runs[False]["decode_tokens_sha1"]
     ratio = runs[True]["tpot_s"] / floor
     details["floor_s"] = floor
@@ -174,4 +171,4 @@ def decode_tpot_check(p: Plan, quick: bool, hardware: str | None) -> Check:
         f"{text}; floor {floor * 1e3:.2f} ms: graphed {ratio:.2f}x (limit {TPOT_FLOOR_LIMIT}); "
         f"same tokens: {same}"
     )
-    return _check("decode/tpot", "passed" if ok else "failed", summary, details)
+    return Check("decode/tpot", "passed" if ok else "failed", summary, details)

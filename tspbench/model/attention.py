@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-CUDA_KERNELS = ("cudnn", "flash")
+from tspbench.core.names import CUDA_ATTENTION_KERNELS
+
 CUDNN_MAX_HEAD_DIM = 128
 
 
@@ -133,8 +134,8 @@ _recorders: list[set[str]] = []
 def simulated_cuda_kernel(name: str) -> Iterator[None]:
     """Calls on CUDA tensors inside pick ``name`` as the device's preferred kernel (the fake
     world's simulated GPU, whose profile names it: cuDNN on Hopper, ROCm's flash on MI300X)."""
-    if name not in CUDA_KERNELS:
-        raise ValueError(f"attention kernel must be one of {list(CUDA_KERNELS)}, got {name!r}")
+    if name not in CUDA_ATTENTION_KERNELS:
+        raise ValueError(f"attention kernel must be one of {list(CUDA_ATTENTION_KERNELS)}, got {name!r}")
     _simulated.append(name)
     try:
         yield
