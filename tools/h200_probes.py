@@ -16,6 +16,7 @@ python tools/h200_probes.py OUT [names...]
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -196,11 +197,72 @@ def op_kinds() -> list[dict]:
     return [launch(_op_kinds_rank, 1, s, device="cuda", timeout=300)[0] for s in ("dp", "tsp", "fsdp")]
 
 
+def decode_kernels() -> dict:
+    return launch(_decode_rank, 1, device="cuda", timeout=600)[0]
+
+
+def copy_gbs() -> float:
+    """HBM bandwidth of a 4 GiB device-to-device copy, bytes read plus bytes written."""
+    source = torch.randn(2**31, device="cuda", dtype=torch.bfloat16)
+    target = torch.empty_like(source)
+    return 2 * source.numel() * 2 / median_s(lambda: target.copy_(source), 10) / 1e9
+
+
+def one_query_layer_seconds() -> dict[str, float]:
+    """Each one-query kernel alone over one layer's cache of the decode point (B 4, 16K)."""
+    q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(4, 32, 16384 + 16, 128, device="cuda", dtype=torch.bfloat16) for _ in "kv")
+    out = {}
+    for kernel in attention.ONE_QUERY_KERNELS:
+        with attention.one_query_kernel(kernel):
+            out[f"{kernel}_layer_attention_s"] = median_s(lambda: attention.one_query_attention(q, k, v), 20)
+    return out
+
+
+def _decode_rank() -> dict:
+    """The 7B decoding 32 tokens after 16K of context, batch 4 (gpu-check's decode/tpot point), on
+    each one-query kernel: the kernel alone over one layer's cache, TPOT eager and graphed, the
+    tokens of both, and the floor from a device-to-device copy's bandwidth measured here."""
+    from tspbench.measure.decode_bench import tokens_digest
+    from tspbench.measure.decode_graphs import DecodeGraphs
+    from tspbench.measure.gpu_rows import decode_floor_s
+    from tspbench.measure.runner import RankRun
+
+    model = ModelConfig.preset("7b")
+    workload = Workload(model, 4, 16384, "decode", "none", "bfloat16", "cuda", decode_tokens=32)
+    run = RankRun(Layout("dp", dp=1), workload)
+    bandwidth = copy_gbs()
+    cache = run.strategy.cache_bytes()
+    point = {"seq_len": 16384, "decode_tokens": 32, "kv_cache_bytes": cache}
+    out: dict = {"copy_gbs": bandwidth, "floor_s": decode_floor_s(point, model, 2, bandwidth)}
+    out.update(one_query_layer_seconds())
+    for kernel in attention.ONE_QUERY_KERNELS:
+        with attention.one_query_kernel(kernel):
+            run.decode_run()
+            eager = [run.decode_run(timed=True) for _ in range(2)]
+            graphs = DecodeGraphs(run.strategy, run.model)
+            run.decode_run(graphs=graphs)
+            graphed = [run.decode_run(timed=True, graphs=graphs) for _ in range(3)]
+        del graphs
+        torch.cuda.empty_cache()
+        out[kernel] = {
+            "eager_tpot_s": statistics.median(t for r in eager for t in r.times_s[1:]),
+            "graphed_tpot_s": statistics.median(t for r in graphed for t in r.times_s[1:]),
+            "graphed_tpot_p99_s": sorted(t for r in graphed for t in r.times_s[1:])[-1],
+            "ttft_s": statistics.median(r.times_s[0] for r in graphed),
+            "eager_tokens": tokens_digest([torch.cat([t.reshape(-1) for t in eager[-1].tokens]).cpu()]),
+            "graphed_tokens": tokens_digest([torch.cat([t.reshape(-1) for t in graphed[-1].tokens]).cpu()]),
+        }
+        out[kernel]["graphed_over_floor"] = out[kernel]["graphed_tpot_s"] / out["floor_s"]
+    return out
+
+
 PROBES = {
     "model_vs_transformers": model_vs_transformers,
     "launch_costs": launch_costs,
     "attention_kernels": attention_kernels,
     "op_kinds": op_kinds,
+    "decode_kernels": decode_kernels,
 }
 
 

@@ -22,8 +22,8 @@ from torch import Tensor
 
 from tspbench.dist import comm
 from tspbench.dist.comm import Group
+from tspbench.model.attention import attention_with_lse, merge_partials
 from tspbench.model.cache import LayerCache
-from tspbench.model.layers import attention_with_lse, merge_partials
 
 
 def owned_sequences(batch: int, parts: int, index: int) -> list[int]:

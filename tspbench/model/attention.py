@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tspbench.core.names import CUDA_ATTENTION_KERNELS
 
@@ -257,3 +258,64 @@ class LowerRightCausal(torch.autograd.Function):
         dq1, dk1, dv1 = backward(dout, q, k[:, :, :split], v[:, :, :split], out, lse, False, prefix)
         dq2, dk2, dv2 = backward(dout, q, k[:, :, split:], v[:, :, split:], out, lse, True, square)
         return dq1 + dq2, torch.cat([dk1, dk2], dim=2), torch.cat([dv1, dv2], dim=2), None
+
+
+# ----------------------------------------------------------------------------- decode: one query
+
+
+def attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Unmasked attention of q [B, n, Sq, d] to k, v [B, m, Sk, d] (GQA: n = g m) and its
+    log-sum-exp: o [B, n, Sq, d] in q's dtype, lse [B, n, Sq] in float32 (float64 stays float64).
+
+    A partial result over some of the keys: partials over disjoint key sets merge exactly by
+    ``merge_partials`` (the ring-attention identity). For decode, where Sq is 1, the scores
+    [B, n, Sq, Sk] are d times smaller than the keys.
+    """
+    B, n, sq, d = q.shape
+    m = k.shape[1]
+    grouped = q.reshape(B, m, (n // m) * sq, d)  # query head i uses key/value head i // g
+    scores = upcast(grouped @ k.transpose(-1, -2)).mul_(d**-0.5)
+    lse = scores.logsumexp(dim=-1, keepdim=True)
+    probs = scores.sub_(lse).exp_()
+    o = probs.to(v.dtype) @ v
+    return o.view(B, n, sq, d), lse.view(B, n, sq)
+
+
+def merge_partials(o: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge P partial attentions stacked on dim 0: o [P, *, d], lse [P, *] -> o [*, d], lse [*].
+
+    o = sum_p exp(lse_p - lse) o_p with lse = log sum_p exp(lse_p), in lse's dtype.
+    """
+    total = torch.logsumexp(lse, dim=0)
+    weights = (lse - total).exp().unsqueeze(-1)
+    return (upcast(o) * weights).sum(dim=0), total
+
+
+ONE_QUERY_KERNELS = ("sdpa", "matmul")
+ONE_QUERY_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+_one_query: list[str] = []
+
+
+@contextmanager
+def one_query_kernel(name: str) -> Iterator[None]:
+    """Decode's one-query attention inside runs on ``name`` (benchmarks compare them)."""
+    if name not in ONE_QUERY_KERNELS:
+        raise ValueError(f"one-query kernel must be one of {list(ONE_QUERY_KERNELS)}, got {name!r}")
+    _one_query.append(name)
+    try:
+        yield
+    finally:
+        _one_query.pop()
+
+
+def one_query_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Decode: o [B, n, 1, d] of q [B, n, 1, d] against every cached position k, v [B, m, S, d]
+    (all precede it: no mask). ``sdpa``: SDPA, never cuDNN (errors and NaN with a single query
+    token); ``matmul``: the scores and the weighted sum as two batched matmuls, the softmax in
+    float32 (``attention_with_lse``), which read K and V once each at a GEMV's bandwidth."""
+    kernel = _one_query[-1] if _one_query else "sdpa"
+    _called(f"{kernel}_one_query")
+    if kernel == "matmul":
+        return attention_with_lse(q, k, v)[0].to(q.dtype)
+    with sdpa_kernel(ONE_QUERY_BACKENDS):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])

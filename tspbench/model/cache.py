@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from tspbench.model.attention import one_query_attention
 
 
 @dataclass
@@ -129,8 +129,4 @@ def cached_attention(q: Tensor, k: Tensor, v: Tensor, cache: LayerCache, step: i
     mask). Returns o [B, n, 1, d]."""
     cache.append(k, v, step)
     keys, values = cache.prefix(step)
-    with sdpa_kernel(ONE_QUERY_BACKENDS):  # not cuDNN: errors and NaN with one query token
-        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=q.shape[1] != keys.shape[1])
-
-
-ONE_QUERY_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return one_query_attention(q, keys, values)

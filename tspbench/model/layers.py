@@ -14,7 +14,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # causal attention and its kernels live in tspbench.model.attention; re-exported for callers here
-from tspbench.model.attention import LowerRightCausal, causal_attention, repeat_kv, upcast  # noqa: F401
+from tspbench.model.attention import (  # noqa: F401
+    LowerRightCausal,
+    attention_with_lse,
+    causal_attention,
+    merge_partials,
+    repeat_kv,
+    upcast,
+)
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -97,34 +104,6 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-def attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Unmasked attention of q [B, n, Sq, d] to k, v [B, m, Sk, d] (GQA: n = g m) and its
-    log-sum-exp: o [B, n, Sq, d] in q's dtype, lse [B, n, Sq] in float32 (float64 stays float64).
-
-    A partial result over some of the keys: partials over disjoint key sets merge exactly by
-    ``merge_partials`` (the ring-attention identity). For decode, where Sq is 1, the scores
-    [B, n, Sq, Sk] are d times smaller than the keys.
-    """
-    B, n, sq, d = q.shape
-    m = k.shape[1]
-    grouped = q.reshape(B, m, (n // m) * sq, d)  # query head i uses key/value head i // g
-    scores = upcast(grouped @ k.transpose(-1, -2)).mul_(d**-0.5)
-    lse = scores.logsumexp(dim=-1, keepdim=True)
-    probs = scores.sub_(lse).exp_()
-    o = probs.to(v.dtype) @ v
-    return o.view(B, n, sq, d), lse.view(B, n, sq)
-
-
-def merge_partials(o: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
-    """Merge P partial attentions stacked on dim 0: o [P, *, d], lse [P, *] -> o [*, d], lse [*].
-
-    o = sum_p exp(lse_p - lse) o_p with lse = log sum_p exp(lse_p), in lse's dtype.
-    """
-    total = torch.logsumexp(lse, dim=0)
-    weights = (lse - total).exp().unsqueeze(-1)
-    return (upcast(o) * weights).sum(dim=0), total
 
 
 def identity(x: Tensor) -> Tensor:
