@@ -113,7 +113,7 @@ FIELDS: tuple[Field, ...] = (
     _f("peak_memory_first_tracked_step", "step", "measured", "which step the first tracked one was"),
     _f("state_<category>_bytes", "B", "measured", "parameters, gradients, optimizer state after the step"),
     _f("kv_cache_bytes", "B", "measured", "decode: the KV cache per rank"),
-    _f("attention_kernel", "", "measured", "attention kernels called: cudnn, flash, cpu_flash, math, *_one_query"),
+    _f("attention_kernel", "", "measured", "attention kernels called: cudnn, flash, cpu_flash, *_one_query"),
     _f("decode_cuda_graphs", "", "point", "decode: whether the timed steps replayed captured CUDA graphs"),
     _f("decode_tokens_sha1", "", "measured", "decode: digest of the generated tokens (graphed = eager)"),
     _f("prefill_peak_memory_bytes", "B", "predicted", "decode model: the prefill's peak"),
