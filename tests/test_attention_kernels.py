@@ -19,7 +19,6 @@ from tspbench.model.attention import (
     causal_attention,
     kernels_for,
     one_query_attention,
-    one_query_kernel,
     record_kernels,
     repeat_kv,
     simulated_cuda_kernel,
@@ -188,17 +187,11 @@ def test_a_simulated_gpu_runs_the_kernel_it_names(kernel: str) -> None:
     assert not set(ops.values()) - {ops[kernel]} & set(seen)
 
 
-@pytest.mark.parametrize("kernel", ["sdpa", "matmul"])
-def test_one_query_attention_is_exact_on_either_kernel(kernel: str) -> None:
-    """Decode's query against every cached position (grouped K/V): both kernels give attention
-    written out, and the call is recorded by name."""
+def test_one_query_attention_is_exact() -> None:
+    """Decode's query against every cached position (grouped K/V): attention written out, and the
+    call is recorded by name."""
     q, k, v = _randn(2, 4, 1, 8, seed=11), _randn(2, 2, 9, 8, seed=12), _randn(2, 2, 9, 8, seed=13)
-    with one_query_kernel(kernel), record_kernels() as used:
+    with record_kernels() as used:
         got = one_query_attention(q, k, v)
     torch.testing.assert_close(got, _naive_causal(q, k, v), rtol=1e-12, atol=1e-12)
-    assert used == {f"{kernel}_one_query"}
-
-
-def test_unknown_one_query_kernel_is_refused() -> None:
-    with pytest.raises(ValueError, match="one-query kernel must be one of"), one_query_kernel("fa3"):
-        pass
+    assert used == {"sdpa_one_query"}

@@ -208,21 +208,18 @@ def copy_gbs() -> float:
     return 2 * source.numel() * 2 / median_s(lambda: target.copy_(source), 10) / 1e9
 
 
-def one_query_layer_seconds() -> dict[str, float]:
-    """Each one-query kernel alone over one layer's cache of the decode point (B 4, 16K)."""
+def one_query_layer_seconds() -> float:
+    """Decode's one-query attention alone over one layer's cache of the decode point (B 4, 16K)."""
     q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(4, 32, 16384 + 16, 128, device="cuda", dtype=torch.bfloat16) for _ in "kv")
-    out = {}
-    for kernel in attention.ONE_QUERY_KERNELS:
-        with attention.one_query_kernel(kernel):
-            out[f"{kernel}_layer_attention_s"] = median_s(lambda: attention.one_query_attention(q, k, v), 20)
-    return out
+    return median_s(lambda: attention.one_query_attention(q, k, v), 20)
 
 
 def _decode_rank() -> dict:
     """The 7B decoding 32 tokens after 16K of context, batch 4 (gpu-check's decode/tpot point), on
-    each one-query kernel: the kernel alone over one layer's cache, TPOT eager and graphed, the
-    tokens of both, and the floor from a device-to-device copy's bandwidth measured here."""
+    the one-query attention alone over one layer's cache, TPOT eager and graphed, the tokens of
+    both, and the floor from a device-to-device copy's bandwidth measured here. (At 959b60b it
+    also compared a two-matmul one-query kernel: results/h200/2026-12-04_959b60b.)"""
     from tspbench.measure.decode_bench import tokens_digest
     from tspbench.measure.decode_graphs import DecodeGraphs
     from tspbench.measure.gpu_rows import decode_floor_s
@@ -235,25 +232,21 @@ def _decode_rank() -> dict:
     cache = run.strategy.cache_bytes()
     point = {"seq_len": 16384, "decode_tokens": 32, "kv_cache_bytes": cache}
     out: dict = {"copy_gbs": bandwidth, "floor_s": decode_floor_s(point, model, 2, bandwidth)}
-    out.update(one_query_layer_seconds())
-    for kernel in attention.ONE_QUERY_KERNELS:
-        with attention.one_query_kernel(kernel):
-            run.decode_run()
-            eager = [run.decode_run(timed=True) for _ in range(2)]
-            graphs = DecodeGraphs(run.strategy, run.model)
-            run.decode_run(graphs=graphs)
-            graphed = [run.decode_run(timed=True, graphs=graphs) for _ in range(3)]
-        del graphs
-        torch.cuda.empty_cache()
-        out[kernel] = {
-            "eager_tpot_s": statistics.median(t for r in eager for t in r.times_s[1:]),
-            "graphed_tpot_s": statistics.median(t for r in graphed for t in r.times_s[1:]),
-            "graphed_tpot_p99_s": sorted(t for r in graphed for t in r.times_s[1:])[-1],
-            "ttft_s": statistics.median(r.times_s[0] for r in graphed),
-            "eager_tokens": tokens_digest([torch.cat([t.reshape(-1) for t in eager[-1].tokens]).cpu()]),
-            "graphed_tokens": tokens_digest([torch.cat([t.reshape(-1) for t in graphed[-1].tokens]).cpu()]),
-        }
-        out[kernel]["graphed_over_floor"] = out[kernel]["graphed_tpot_s"] / out["floor_s"]
+    out["layer_attention_s"] = one_query_layer_seconds()
+    run.decode_run()
+    eager = [run.decode_run(timed=True) for _ in range(2)]
+    graphs = DecodeGraphs(run.strategy, run.model)
+    run.decode_run(graphs=graphs)
+    graphed = [run.decode_run(timed=True, graphs=graphs) for _ in range(3)]
+    out.update(
+        eager_tpot_s=statistics.median(t for r in eager for t in r.times_s[1:]),
+        graphed_tpot_s=statistics.median(t for r in graphed for t in r.times_s[1:]),
+        graphed_tpot_p99_s=max(t for r in graphed for t in r.times_s[1:]),
+        ttft_s=statistics.median(r.times_s[0] for r in graphed),
+        eager_tokens=tokens_digest([torch.cat([t.reshape(-1) for t in eager[-1].tokens]).cpu()]),
+        graphed_tokens=tokens_digest([torch.cat([t.reshape(-1) for t in graphed[-1].tokens]).cpu()]),
+    )
+    out["graphed_over_floor"] = out["graphed_tpot_s"] / out["floor_s"]
     return out
 
 
