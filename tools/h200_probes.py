@@ -9,8 +9,10 @@ attention_kernels.json      causal squares and offset rectangles, cuDNN and Flas
                             by name, forward + backward, by size: seconds and TFLOP/s
 op_kinds.json               one training step of dp, tsp and fsdp at world 1 (7B cut to 4
                             layers, 8K) under torch.profiler: device time by kernel kind
+decode_kernels.json         the 7B decoding (16K context, batch 4): TPOT eager and graphed
+                            against the floor from a copy bandwidth measured in the same run
 
-python tools/h200_probes.py OUT [names...]
+python -m tools.h200_probes OUT [names...]
 """
 
 from __future__ import annotations

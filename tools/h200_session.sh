@@ -22,5 +22,5 @@ timeout 60 $B --model 1b --seq-len 8192 --steps 5 --warmup 2 --trace "$R/bench/b
 timeout 60 $B --model 7b --seq-len 32768 --mode infer --steps 3 --warmup 1 --trace "$R/bench/b2_7b_32k_infer.npz" > "$R/bench/b2_7b_32k_infer.json"
 timeout 60 $B --model 1b --seq-len 32768 --recompute full --steps 3 --warmup 1 --trace "$R/bench/b3_1b_32k_full.npz" > "$R/bench/b3_1b_32k_full.json"
 echo "bench: $((SECONDS - T0)) s"; pack
-timeout 90 python3 -m tools.h200_probes "$R/probes" attention_kernels op_kinds 2>&1 | tail -5; pack
+timeout 160 python3 -m tools.h200_probes "$R/probes" attention_kernels op_kinds decode_kernels 2>&1 | tail -5; pack
 echo "all: $((SECONDS - T0)) s"
