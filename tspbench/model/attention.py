@@ -120,6 +120,17 @@ def _cpu_backward(dout, q, k, v, o, lse, causal: bool, saved: tuple) -> tuple[Te
     return kernel(dout, q, k, v, o, lse, 0.0, causal)
 
 
+def settle_float64_exp() -> None:
+    """One small float64 exp, once per process, before any that matters. The first float64 exp
+    a process runs on CPU was seen 3.3e-9 off (relative; every later one within 2.2e-16) in 3 of
+    40 fresh processes that had imported pandas after torch, and never in 180 that had run one
+    small exp first: the merge weights of the offset split are exps, so gpu-check's float64
+    attention check failed at random (tests/test_gpu_check.py repeats it in fresh processes)."""
+    torch.ones(16, dtype=torch.float64).exp()
+
+
+settle_float64_exp()
+
 CUDA_FLASH = FlashKernels("flash", _flash_forward, _flash_backward, square=_flash_square)
 CUDA_CUDNN = FlashKernels("cudnn", _cudnn_forward, _cudnn_backward, square=_cudnn_square)
 CPU_FLASH = FlashKernels("cpu_flash", _cpu_forward, _cpu_backward)
