@@ -156,3 +156,37 @@ def test_status_on_a_point_folder_names_the_study_folder(tmp_path: Path, capsys)
         assert exit_code([command, str(run)]) == 2
         err = capsys.readouterr().err
         assert "is one point's run folder" in err and f"study folder {run.parent}" in err, err
+
+
+def test_report_leaves_out_a_damaged_step_trace_and_draws_the_rest(tmp_path: Path, capsys) -> None:
+    """One point's trace.npz of a stored study truncated: report names it, exits 2, and still
+    writes the study's report."""
+    study = tmp_path / "cpu_out_of_sample"
+    shutil.copytree(REPO / "results" / "cpu_out_of_sample", study)
+    trace = sorted(study.glob("*/trace.npz"))[0]
+    trace.write_bytes(trace.read_bytes()[:100])
+    assert exit_code(["report", str(study), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"skipped (damaged): {trace}" in err and "Traceback" not in err, err
+    assert (tmp_path / "out" / "report.md").is_file()
+
+
+PREDICT_STUDY = """
+name: tiny
+hardware: cpu
+model: {preset: small}
+settings: {batch: 1, mode: train, recompute: none, dtype: float32, device: cpu}
+sweep:
+  grid: {seq_len: [512]}
+  zip:
+    - layout: [{strategy: tsp, tsp: 2}]
+"""
+
+
+def test_run_on_a_full_disk_is_one_line_naming_the_path(tiny_disk: Path, tmp_path: Path, capsys) -> None:
+    study = tmp_path / "tiny.yaml"
+    study.write_text(PREDICT_STUDY)
+    argv = ["run", str(study), "--executor", "predict", "--results", str(tiny_disk / "results")]
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "No space left on device" in err and str(tiny_disk) in err, err
