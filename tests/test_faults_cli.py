@@ -187,3 +187,18 @@ def test_a_published_entry_of_impossible_numbers_is_refused(tmp_path: Path, caps
     profile = re.search(r"(?m)^\s*assumed:\s*(\S+)", text).group(1)
     bad.write_text(text.replace(f"assumed: {profile}", "assumed: no-such-profile", 1))
     _refused_quickly(["backtest", "--file", str(bad), "--fit"], "unknown hardware 'no-such-profile'", capsys)
+
+
+def test_status_on_a_folder_no_sweep_wrote_is_one_line(tmp_path: Path, capsys) -> None:
+    assert exit_code(["status", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no study stored here" in err
+
+
+def test_predict_refuses_a_sequence_the_model_does_not_serve_at_once(capsys) -> None:
+    start = time.perf_counter()
+    argv = ["predict", "--model", "7b", "--strategy", "tsp", "--tsp", "8", "--seq-len", "999999984"]
+    assert exit_code(argv) == 2
+    assert time.perf_counter() - start < 1.0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "139,264 positions" in err

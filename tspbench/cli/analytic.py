@@ -100,6 +100,7 @@ def _hardware(args: argparse.Namespace) -> Hardware:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
+    within_model("--seq-len", workload.seq_len, workload.model)  # decode adds its tokens: Workload checks
     if workload.mode == "decode":
         return predict_decode_point(layout, workload, _hardware(args), args.json)
     prediction = predict(layout, replace(workload, device="cuda"), _hardware(args))

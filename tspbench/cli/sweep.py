@@ -16,6 +16,7 @@ import pandas as pd
 
 from tspbench.cli.args import output_path
 from tspbench.cli.terminal import print_table, progress_for
+from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, OK_STATUSES
 from tspbench.core.units import degrees_text
 from tspbench.sweep.damage import RunFiles
@@ -155,6 +156,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     damaged: list[RunFiles] = []
     table = status_table(path, damaged)
     if table.empty:
+        if not (path / "experiment.json").is_file():  # no sweep ever wrote here: a wrong folder
+            raise UsageError(f"{path}: no study stored here (a study folder holds experiment.json)")
         print(f"{path}: no points stored")
         return 0
     print_table(table)
