@@ -29,6 +29,7 @@ from tspbench.core.errors import DamagedFileError
 from tspbench.core.files import write_atomic
 from tspbench.report import bars, decode, figures, gantt
 from tspbench.report.frame import Context, context, prepare
+from tspbench.report.gpu_runs import write_gpu_runs
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
 from tspbench.sweep.damage import RunFiles
@@ -67,8 +68,11 @@ def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
         raise FileNotFoundError(f"{results_dir}: no stored runs (no <run>/point.json here or one level down)")
     children = [readable_report(p, out_dir / p.name) for p in experiments]
     lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
+    gpu, damaged = write_gpu_runs(results_dir, out_dir)
+    if gpu is not None:
+        lines.append(f"- [measured on a lent GPU]({gpu.name})")
     write_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
-    damaged = [d for c in children for d in c.damaged]
+    damaged += [d for c in children for d in c.damaged]
     return ReportOutputs(out_dir, out_dir / "report.md", experiments=children, damaged=damaged)
 
 
