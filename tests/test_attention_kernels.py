@@ -195,3 +195,55 @@ def test_one_query_attention_is_exact() -> None:
         got = one_query_attention(q, k, v)
     torch.testing.assert_close(got, _naive_causal(q, k, v), rtol=1e-12, atol=1e-12)
     assert used == {"sdpa_one_query"}
+
+
+def _prefix_of_cache(batch: int, heads: int, length: int, capacity: int, d: int, seed: int) -> torch.Tensor:
+    """The first ``length`` positions of a [batch, heads, capacity, d] cache, as decode reads it."""
+    return _randn(batch, heads, capacity, d, seed=seed)[:, :, :length]
+
+
+@pytest.mark.parametrize("splits, length", [(3, 12), (3, 14), (4, 9)])
+def test_split_kv_attention_is_exact_over_a_cache_prefix(splits: int, length: int) -> None:
+    """Flash-decoding: the keys of a cache prefix in ``splits`` chunks and a remainder, merged by
+    log-sum-exp, equal attention written out (grouped K/V: 4 query heads on 2)."""
+    q = _randn(2, 4, 1, 8, seed=21)
+    k, v = _prefix_of_cache(2, 2, length, 16, 8, seed=22), _prefix_of_cache(2, 2, length, 16, 8, seed=23)
+    got = attention.split_kv_attention(q, k, v, splits)
+    torch.testing.assert_close(got, _naive_causal(q, k, v), rtol=1e-12, atol=1e-12)
+
+
+def test_decode_splits_keys_to_fill_the_gpu() -> None:
+    """The 7B's decode at batch 4 (32 key/value heads, 16K cached positions) on an H200's 132
+    multiprocessors: 4 x 132 blocks over 128 groups -> ceil(4.125) = 5 chunks; a large batch
+    needs no split, a short cache no chunk under 1024 keys."""
+    assert attention.split_count(4 * 32, 16384, 132) == 5
+    assert attention.split_count(64 * 32, 16384, 132) == 1
+    assert attention.split_count(4 * 32, 2500, 132) == 2
+
+
+def test_split_kv_reads_the_cache_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk call reads [B m, splits, size, d] out of the cache's own storage, the queries
+    grouped by key/value head; the remainder is one call over [B, m, r, d]."""
+    calls: list[tuple[tuple[int, ...], tuple[int, ...], bool]] = []
+    partial = attention._partial_attention
+
+    def recording(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        calls.append((tuple(q.shape), tuple(k.shape), k.untyped_storage().data_ptr() == storage))
+        return partial(q, k, v)
+
+    monkeypatch.setattr(attention, "_partial_attention", recording)
+    cache = _randn(2, 2, 16, 8, seed=24)
+    storage = cache.untyped_storage().data_ptr()
+    keys = cache[:, :, :11]
+    attention.split_kv_attention(_randn(2, 4, 1, 8, seed=25), keys, keys, 3)
+    assert calls == [((4, 3, 2, 8), (4, 3, 3, 8), True), ((2, 2, 2, 8), (2, 2, 2, 8), True)]
+
+
+def test_decode_stays_unsplit_off_the_gpu_and_in_float32() -> None:
+    q, k = _randn(4, 32, 1, 8), _randn(4, 32, 4096, 8)
+    assert attention.kv_splits(q, k, k) == 1
+    with FakeTensorMode():
+        assert (
+            attention.kv_splits(*(_fake_cuda(4, 32, n, 128, dtype=torch.float32) for n in (1, 4096, 4096)))
+            == 1
+        )
