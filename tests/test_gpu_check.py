@@ -30,7 +30,8 @@ def _summary(out: Path) -> dict:
 # the smoke run checks three strategies (each check's code is the same for every strategy):
 # DDP (no fake world to compare), TP (plain autograd) and TSP (its overlap check)
 SMOKE = ("dp", "tp", "tsp")
-SMOKE_CHECKS = ROWS | {"overlap/tsp"} | {f"{k}/{s}" for k in ("validate", "memory") for s in SMOKE}
+OPS = {"ops/dp", "ops/tsp"}  # the op-level rows run for dp, tsp and fsdp
+SMOKE_CHECKS = ROWS | OPS | {"overlap/tsp"} | {f"{k}/{s}" for k in ("validate", "memory") for s in SMOKE}
 
 
 def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
@@ -56,6 +57,12 @@ def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
     for name in SMOKE_CHECKS:  # one record per check, with what it measured
         record = json.loads((folder / f"{name.replace('/', '_')}.json").read_text())
         assert record["name"] == name and record["details"]
+    for name in OPS:  # every kind profiled and replayed (no pass mark off a GPU)
+        ops = json.loads((folder / f"{name.replace('/', '_')}.json").read_text())["details"]
+        assert all(
+            ops["profiled_s"][k] > 0 and ops["replayed_s"][k] > 0
+            for k in ("gemm", "attention", "elementwise")
+        )
     tp = json.loads((folder / "memory_tp.json").read_text())["details"]
     assert tp["measured"]["peak_memory_bytes"] == tp["fake"]["peak_memory_bytes"]  # CPU: the same tracker
     assert (folder / "profile.yaml").exists() and (folder / "summary.md").read_text().count("\n") == len(

@@ -210,11 +210,27 @@ def copy_gbs() -> float:
     return 2 * source.numel() * 2 / median_s(lambda: target.copy_(source), 10) / 1e9
 
 
-def one_query_layer_seconds() -> float:
-    """Decode's one-query attention alone over one layer's cache of the decode point (B 4, 16K)."""
+def one_query_layer_seconds() -> dict:
+    """Decode's one-query attention alone over one layer's cache of the decode point (B 4, 16K):
+    the model's (keys split, tspbench.model.attention.split_kv_attention) against SDPA's own
+    one-query kernel, and how far apart their outputs are."""
     q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(4, 32, 16384 + 16, 128, device="cuda", dtype=torch.bfloat16) for _ in "kv")
-    return median_s(lambda: attention.one_query_attention(q, k, v), 20)
+    k, v = (
+        torch.randn(4, 32, 16384 + 16, 128, device="cuda", dtype=torch.bfloat16)[:, :, :16384] for _ in "kv"
+    )
+
+    def sdpa() -> torch.Tensor:
+        with attention.sdpa_kernel(attention.ONE_QUERY_BACKENDS):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    diff = (attention.one_query_attention(q, k, v).float() - sdpa().float()).abs().max().item()
+    return {
+        "splits": attention.kv_splits(q, k, v),
+        "model_s": median_s(lambda: attention.one_query_attention(q, k, v), 20),
+        "sdpa_s": median_s(sdpa, 20),
+        "max_abs_diff": diff,
+        "cache_bytes": 2 * k.numel() * k.element_size(),
+    }
 
 
 def _decode_rank() -> dict:
@@ -234,7 +250,7 @@ def _decode_rank() -> dict:
     cache = run.strategy.cache_bytes()
     point = {"seq_len": 16384, "decode_tokens": 32, "kv_cache_bytes": cache}
     out: dict = {"copy_gbs": bandwidth, "floor_s": decode_floor_s(point, model, 2, bandwidth)}
-    out["layer_attention_s"] = one_query_layer_seconds()
+    out["layer_attention"] = one_query_layer_seconds()
     run.decode_run()
     eager = [run.decode_run(timed=True) for _ in range(2)]
     graphs = DecodeGraphs(run.strategy, run.model)
@@ -249,7 +265,22 @@ def _decode_rank() -> dict:
         graphed_tokens=tokens_digest([torch.cat([t.reshape(-1) for t in graphed[-1].tokens]).cpu()]),
     )
     out["graphed_over_floor"] = out["graphed_tpot_s"] / out["floor_s"]
+    out["kernels_per_graphed_step"] = kernels_in(lambda: graphs.step(graphs.tokens.clone(), 8))
     return out
+
+
+def kernels_in(fn) -> dict:
+    """GPU activities (kernels, copies, memsets) torch.profiler sees during ``fn()``, by kind."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    copies = sum("memcpy" in n.lower() or "memset" in n.lower() for n in names)
+    return {"kernels": len(names) - copies, "copies": copies}
 
 
 PROBES = {

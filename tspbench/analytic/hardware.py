@@ -34,6 +34,7 @@ SHIPPED = Path(__file__).parent / "profiles"
 # none counts every byte from the code instead (tspbench.costs.elementwise).
 ASSUMED_PASSES = {"train": 12.0, "infer": 4.0}
 PASS_KEYS = ("train", "infer", "optimizer")
+LAUNCH_KEYS = ("launch_us", "graph_kernel_us", "graph_replay_us")
 RATES = (
     "peak_tflops", "gemm_tflops", "attention_tflops", "attention_causal_tflops", "hbm_bandwidth_gbs",
     "intra_node_bandwidth_gbs", "intra_node_latency_us", "inter_node_bandwidth_gbs", "inter_node_latency_us",
@@ -81,6 +82,12 @@ class Hardware:
     host_overhead_us: float = 0.0  # per op, outside its kernel (Python, autograd); 0: the host runs ahead
     step_gemm_tflops: float | None = None  # the model's own GEMMs in a profiled step (else gemm_tflops)
     elementwise_by_op: dict[str, float] = field(default_factory=dict)  # op name -> GB/s ("*": the rest)
+    # a GPU's launches: the host's time per op of an eager step (Python, dispatch, launch: what
+    # the device waits for where the host is behind), per kernel inside a replayed CUDA graph,
+    # per replay (tspbench.measure.launches); 0: not measured
+    launch_us: float = 0.0
+    graph_kernel_us: float = 0.0
+    graph_replay_us: float = 0.0
     # each kind's share of the device where ranks share a host, measured on the model's own step
     # run by that many ranks at once: kind (gemm, attention, elementwise) -> ranks -> share
     step_contention: dict[str, dict[int, float]] = field(default_factory=dict)
@@ -286,7 +293,13 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     if not isinstance(contention, dict):
         raise _BadField(f"step_contention: expected {{kind: {{ranks: share}}}}, got {contention!r}")
     values["step_contention"] = {str(k): _table(f"step_contention.{k}", v) for k, v in contention.items()}
-    for key in ("op_overhead_us", "host_overhead_us", "step_gemm_tflops", "comm_compute_slowdown"):
+    for key in (
+        "op_overhead_us",
+        "host_overhead_us",
+        "step_gemm_tflops",
+        "comm_compute_slowdown",
+        *LAUNCH_KEYS,
+    ):
         if values.get(key) is not None:
             values[key] = _number(key, values[key], positive=False)
     for key in ("usable_memory_fraction", "overlap_efficiency", "comm_compute_slowdown"):

@@ -15,7 +15,13 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
                               rank at a rank's tokens; torch.profiler's self time of every op
                               that is not a GEMM or attention), as passes over a block's
                               activations (train, infer) and the parameters (AdamW) at that
-                              bandwidth (CPU; on CUDA the assumed 12, 4 and 12)
+                              bandwidth (profiled device time on a GPU, CPU time on a CPU)
+    op_overhead_us, host_overhead_us, step_gemm_tflops, elementwise_by_op
+                              the timeline's per-op terms, from the same kind of profiled step
+                              (tspbench.measure.opcosts)
+    launch_us, graph_kernel_us, graph_replay_us
+                              on a GPU: a kernel launched eagerly, a kernel inside a replayed
+                              CUDA graph, a graph's replay (tspbench.measure.launches)
     contention                each rank's share of its device when 1..ranks ranks run GEMMs at
                               once (CPU: ranks share the host's cores); attention_contention
                               the same of causal attention calls
@@ -45,14 +51,17 @@ import torch
 
 from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.progress import Progress
-from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.core.spec import ModelConfig
 from tspbench.dist.launch import launch
-from tspbench.measure import opcosts, probes
+from tspbench.measure import probes
 from tspbench.measure.probes import Rate
-from tspbench.strategy import Strategy, check_layout
+from tspbench.measure.step_figures import (
+    NOISY_SPREAD,
+    Recorder,
+    step_figures,
+)
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv")
-NOISY_SPREAD = 0.20
 # Message sizes the collectives are timed at: from a norm's gradient to a 7B layer's K/V block.
 COLLECTIVE_BYTES = (4 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
 COLLECTIVE_CALLS = 10  # a repeat's calls, back to back (a step issues them so)
@@ -64,23 +73,6 @@ class Calibration:
 
     profile: dict[str, object]
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Recorder:
-    provenance: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    progress: Progress = field(default_factory=Progress)
-
-    def step(self, what: str) -> None:
-        """One of ``calibration_steps`` is over; ``what`` names it."""
-        self.progress.finished("completed", what)
-
-    def note(self, key: str, rate: Rate, how: str, scale: float = 1.0) -> float:
-        self.provenance[key] = f"measured: {how}; median of {rate.repeats}, spread {rate.spread:.0%}"
-        if rate.spread > NOISY_SPREAD:
-            self.warnings.append(f"{key}: repeats differ by {rate.spread:.0%} (busy host?): {how}")
-        return round(rate.value * scale, 6)
 
 
 def gemm_shapes(model: ModelConfig, tokens: int, degrees: tuple[int, ...]) -> list[tuple[int, int, int]]:
@@ -95,10 +87,10 @@ def gemm_shapes(model: ModelConfig, tokens: int, degrees: tuple[int, ...]) -> li
 
 def calibration_steps(cuda: bool, ranks: int) -> int:
     """How many steps ``calibrate`` reports: GEMMs, attention squares and rectangles and
-    element-wise bandwidth; element-wise passes and per-op costs (CPU); with peers, the
+    element-wise bandwidth; element-wise passes and per-op costs; kernel launches (GPU); with peers, the
     contention of GEMMs and of attention (CPU), the collectives, the waits on peers and the
     overlap."""
-    return 4 + 2 * (not cuda) + (ranks > 1) * (2 * (not cuda) + 3)
+    return 6 + cuda + (ranks > 1) * (2 * (not cuda) + 3)
 
 
 def calibrate(
@@ -119,7 +111,7 @@ def calibrate(
     model = model or default_model()
     ranks = min(ranks, torch.cuda.device_count()) if cuda else ranks
     repeats = repeats if repeats is not None else 3 if quick else 5
-    rec = _Recorder(progress=progress or Progress())
+    rec = Recorder(progress=progress or Progress())
     rec.progress.start(calibration_steps(cuda, ranks), f"calibrate {model.name} at {seq_len} tokens")
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # as every rank runs
@@ -128,10 +120,8 @@ def calibrate(
     finally:
         torch.set_num_threads(previous)
     profile = _profile_header(cuda, model, seq_len, ranks, dtype) | rates
-    if not cuda:
-        bandwidth = rates["hbm_bandwidth_gbs"] * 1e9
-        profile["elementwise_passes"] = _elementwise_passes(rec, model, seq_len // ranks, bandwidth, repeats)
-        profile |= _timeline_costs(rec, model, seq_len, repeats, ranks if not quick else 1)
+    bandwidth = rates["hbm_bandwidth_gbs"] * 1e9
+    profile |= step_figures(rec, model, seq_len, ranks, bandwidth, repeats, quick)
     if ranks > 1:
         profile |= _world_figures(rec, model, seq_len, ranks, device, dtype, repeats, quick)
     else:
@@ -174,7 +164,7 @@ def _profile_header(cuda: bool, model: ModelConfig, seq_len: int, ranks: int, dt
 
 
 def _device_rates(
-    rec: _Recorder, model: ModelConfig, seq_len: int, max_seq_len: int, ranks: int, device: torch.device,
+    rec: Recorder, model: ModelConfig, seq_len: int, max_seq_len: int, ranks: int, device: torch.device,
     dtype: torch.dtype, repeats: int,
 ) -> dict:  # fmt: skip
     local = seq_len // max(ranks, 1)
@@ -229,66 +219,8 @@ def _nearest(table: dict[int, Rate], size: int) -> int:
     return min(table, key=lambda s: abs(math.log(s / size)))
 
 
-def _elementwise_passes(
-    rec: _Recorder, model: ModelConfig, tokens: int, bandwidth: float, repeats: int
-) -> dict:
-    """Passes over a block's activations (per layer) and the parameters that a single-device
-    step's element-wise time is worth at ``bandwidth`` (tspbench.analytic.timing's terms)."""
-    seconds = launch(probes.elementwise_rank, 1, model, tokens, repeats, timeout=600)[0]
-    rec.step("element-wise passes of a step")
-    sized = {mode: _single_device(model, tokens, mode) for mode in ("train", "infer")}
-    basis = {mode: model.n_layers * s.elementwise_layer_bytes() for mode, s in sized.items()}
-    basis["optimizer"] = sized["train"].predict_memory().persistent["parameters"]
-    what = {"train": "train step", "infer": "forward", "optimizer": "AdamW step"}
-    out = {k: rec.note(f"elementwise_passes.{k}", seconds[k], what[k], bandwidth / basis[k]) for k in what}
-    how = (
-        f"measured: element-wise ops of {model.name} at {tokens} tokens on one rank (torch.profiler self "
-        "time of every op but GEMMs and attention), as passes at hbm_bandwidth_gbs"
-    )
-    rec.provenance["elementwise_passes"] = how
-    return {k: round(v, 2) for k, v in out.items()}
-
-
-def _timeline_costs(rec: _Recorder, model: ModelConfig, tokens: int, repeats: int, ranks: int) -> dict:
-    """The timeline's per-op terms, from a profiled single-device step (tspbench.measure.opcosts),
-    and with ``ranks`` the share of each kind when that many ranks run the same step at once
-    (``--quick`` leaves that out: the probes' contention stands in)."""
-    costs = launch(opcosts.timeline_costs_rank, 1, model, tokens, repeats, timeout=1800)[0]
-    single = costs.pop("kinds")
-    if ranks > 1:
-        workload = Workload(model, 1, tokens, "train", dtype="float32")
-        together = launch(
-            opcosts.profiled_kinds, ranks, Layout("dp", dp=ranks), workload, max(repeats, 5), timeout=1800
-        )
-        shares = opcosts.kind_shares(single, together)
-        costs["step_contention"] = {kind: {1: 1.0, ranks: share} for kind, share in shares.items()}
-        rec.provenance["step_contention"] = (
-            f"measured: each kind's self time in a training step of {model.name} at {tokens} tokens on one "
-            f"rank alone, over the same on each of {ranks} ranks at once (dp {ranks}, torch.profiler)"
-        )
-    rec.step("per-op costs of a profiled step")
-    how = f"{model.name} at {tokens} tokens on one rank, medians of {repeats} profiled steps"
-    rec.provenance |= {
-        "op_overhead_us": f"measured: per-call time of the element-wise ops of a training step ({how}; "
-        "torch.profiler self time against bytes, least squares), tspbench.measure.opcosts",
-        "host_overhead_us": f"measured: a step's wall time less its traced ops' aten self time, per traced "
-        f"op (Python, autograd, dispatch; {model.name} at {min(tokens, opcosts.HOST_TOKENS)} tokens on one "
-        f"rank, median of {max(repeats, opcosts.HOST_REPEATS)} steps)",
-        "step_gemm_tflops": f"measured: FLOPs / self time of the step's GEMMs ({how})",
-        "elementwise_by_op": f"measured: bytes / self time of each element-wise op that moves at least "
-        f"1 MiB a call ({how})",
-    }
-    return costs
-
-
-def _single_device(model: ModelConfig, tokens: int, mode: str) -> Strategy:
-    """The analytic sizes of one rank holding the whole model (DP over a world of one)."""
-    workload = Workload(model, 1, tokens, mode)
-    return check_layout(Layout("dp"), workload).for_analysis(Layout("dp"), workload)
-
-
 def _world_figures(
-    rec: _Recorder, model: ModelConfig, seq_len: int, ranks: int, device, dtype, repeats: int, quick: bool
+    rec: Recorder, model: ModelConfig, seq_len: int, ranks: int, device, dtype, repeats: int, quick: bool
 ) -> dict:
     shapes = gemm_shapes(model, seq_len // ranks, (1, ranks))
     heads, local = max(model.n_heads // ranks, 1), seq_len // ranks
@@ -334,7 +266,7 @@ def _world_figures(
     }
 
 
-def _collectives(rec: _Recorder, ranks: int, device: torch.device, repeats: int, quick: bool) -> list[dict]:
+def _collectives(rec: Recorder, ranks: int, device: torch.device, repeats: int, quick: bool) -> list[dict]:
     """Latency and bus bandwidth of every op on every group size in worlds of 2 and ``ranks``
     (and the all-reduce's latency per call when issued batched)."""
     sizes_bytes = COLLECTIVE_BYTES[:-1] if quick else COLLECTIVE_BYTES
@@ -371,7 +303,7 @@ def _collectives(rec: _Recorder, ranks: int, device: torch.device, repeats: int,
 
 
 def _sync_figures(
-    rec: _Recorder, shapes: list, ranks: int, device: torch.device, dtype: torch.dtype, quick: bool
+    rec: Recorder, shapes: list, ranks: int, device: torch.device, dtype: torch.dtype, quick: bool
 ) -> dict[int, dict[float, float]]:
     """What a blocking collective after a chunk of compute waits for its peers, per call, at
     three chunk lengths, in worlds of 2 and ``ranks``: {ranks: {chunk in us: wait in us}}.

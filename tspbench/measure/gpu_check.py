@@ -26,6 +26,8 @@ row of its summary (``summary.json``, ``summary.md``, and the table the command 
     attention/speed, memory/infer, step, decode/tpot
                  speed against SDPA's default, a flat inference peak, step time and MFU, decode
                  near its memory floor (tspbench.measure.gpu_rows)
+    ops/S        dp, tsp and fsdp at world 1: each kind's replayed compute against the device
+                 time torch.profiler gives it, within 10% (tspbench.measure.gpu_ops)
 
 Each check's record is written the moment it ends and the summary after every check
 (``finished`` false until the last), so a stopped run keeps what finished; a check that raises
@@ -58,6 +60,7 @@ from tspbench.measure.bench import bench
 from tspbench.measure.calibrate import calibrate
 from tspbench.measure.env import environment
 from tspbench.measure.fake import fake_bench
+from tspbench.measure.gpu_ops import OP_STRATEGIES, op_level_check
 from tspbench.measure.gpu_rows import (
     Check,
     attention_speed_check,
@@ -129,6 +132,7 @@ def run(
     todo.append(("memory/infer", lambda: inference_memory_check(p, hardware())))
     todo.append(("step", lambda: step_check(p, quick, hardware())))
     todo.append(("decode/tpot", lambda: decode_tpot_check(p, quick, hardware())))
+    todo += [(f"ops/{n}", lambda n=n: op_level_check(p, n, hardware())) for n in OP_STRATEGIES if n in names]
     for name, check in todo:
         summary.add(guarded(name, check, check_seconds))
     return summary.finish()

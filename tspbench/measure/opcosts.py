@@ -25,13 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import profile
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
 from tspbench.measure import schedstat
 from tspbench.measure.opclock import OpClock
+from tspbench.measure.probes import profiler_activities, self_seconds
 from tspbench.measure.runner import RankRun
 from tspbench.measure.trace import StepRecorder
 
@@ -60,14 +62,29 @@ def traced(step: Callable[[], object], rank: int = 0) -> RankTrace:
 
 
 def profiled(step: Callable[[], object]) -> dict[str, float]:
-    """Self CPU seconds of every aten op of one ``step()``, by name (no ``aten::``, no overload)."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step()
+    """Self seconds of every aten op of one ``step()``, by name (no ``aten::``, no overload): its
+    CPU time, or on a GPU its kernels' device time."""
+    cuda = torch.cuda.is_available()
+    with profile(activities=profiler_activities()) as prof:
+        synced(step)
     out: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
         if event.key.startswith("aten::"):
-            out[event.key.removeprefix("aten::")] += event.self_cpu_time_total * 1e-6
+            out[event.key.removeprefix("aten::")] += self_seconds(event, cuda)
     return dict(out)
+
+
+def synced(step: Callable[[], object]) -> None:
+    """``step()``, waiting for the GPU's work where there is one."""
+    step()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def wall_seconds(step: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    synced(step)
+    return time.perf_counter() - start
 
 
 def clocked(step: Callable[[], object]) -> dict[str, dict[str, float]]:
@@ -139,9 +156,7 @@ def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
     trace = traced(step, rank)
     walls, profiles = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        walls.append(time.perf_counter() - start)
+        walls.append(wall_seconds(step))
         profiles.append(profiled(step))
     seconds = _medians(profiles)
     ops = totals(trace, seconds)
@@ -170,36 +185,40 @@ def kind_shares(single: dict[str, float], together: list[dict[str, float]]) -> d
     return {k: round(single[k] / mean[k], 4) for k in single if single[k] > 0 and mean[k] > 0}
 
 
-def _warm_run(model: ModelConfig, tokens: int) -> RankRun:
-    run = RankRun(Layout("dp"), Workload(model, 1, tokens, "train", dtype="float32"))
+def _warm_run(model: ModelConfig, tokens: int, device: str, dtype: str) -> RankRun:
+    run = RankRun(Layout("dp"), Workload(model, 1, tokens, "train", "none", dtype, device))
     run.step()
     run.step()
     return run
 
 
-def host_seconds_per_op(model: ModelConfig, tokens: int, repeats: int) -> float:
+def host_seconds_per_op(
+    model: ModelConfig, tokens: int, repeats: int, device: str = "cpu", dtype: str = "float32"
+) -> float:
     """The host's time per traced op (Python, autograd, dispatch): each step's wall time less its
     traced ops' self time, per op, median over ``repeats`` steps. Measured at few tokens, where the
     kernels are a small part of the step: at the calibration's length the residual is a small
     difference of two large, noisy times (0 to 89 us per op over seven runs of the small preset
-    at 2,048 tokens on a 2-core host), while at 128 tokens four runs gave 5.5-8.1 us."""
-    run = _warm_run(model, tokens)
+    at 2,048 tokens on a 2-core host), while at 128 tokens four runs gave 5.5-8.1 us. On a GPU
+    the step at few tokens is bound by its host: the residual is the time the device waits for
+    the host's launches."""
+    run = _warm_run(model, tokens, device, dtype)
     trace = traced(run.step)
     residuals = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        run.step()
-        wall = time.perf_counter() - start
+        wall = wall_seconds(run.step)
         residuals.append(host_total(wall, trace, profiled(run.step)))
     return statistics.median(residuals) / max(int((trace.events["kind"] == COMPUTE).sum()), 1)
 
 
-def timeline_costs_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[str, object]:
+def timeline_costs_rank(
+    model: ModelConfig, tokens: int, repeats: int, device: str = "cpu", dtype: str = "float32"
+) -> dict[str, object]:
     """On a launched world of one rank: the timeline's per-op terms of a training step of
     ``model`` at ``tokens`` tokens (after two warm-up steps), as profile fields; the host's time
     per op at HOST_TOKENS (host_seconds_per_op)."""
-    costs = step_costs(_warm_run(model, tokens).step, repeats)
-    host = host_seconds_per_op(model, min(tokens, HOST_TOKENS), max(repeats, HOST_REPEATS))
+    costs = step_costs(_warm_run(model, tokens, device, dtype).step, repeats)
+    host = host_seconds_per_op(model, min(tokens, HOST_TOKENS), max(repeats, HOST_REPEATS), device, dtype)
     return {
         "kinds": costs["kinds"],
         "op_overhead_us": round(float(costs["op_overhead_us"]), 3),
@@ -225,7 +244,7 @@ def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str,
         clocks.append(clocked(run.step))
         start = time.perf_counter()
         with schedstat.Spent() as where:
-            run.step()
+            synced(run.step)
         walls.append(time.perf_counter() - start)
         spent.append(where.seconds)
     return {

@@ -349,25 +349,45 @@ OPTIMIZER_REGION = "Optimizer.step#"
 def elementwise_seconds(step: Callable[[], object]) -> tuple[float, float]:
     """(element-wise, optimizer) seconds of one ``step()``, by torch.profiler: the self time of
     every aten op that is not a GEMM, an attention kernel or a collective; the optimizer's
-    region (AdamW: all element-wise) apart. CPU self time: on CUDA this would be launch time,
-    so calibrate keeps the assumed passes there."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    region (AdamW: all element-wise) apart. Self time on the CPU, device time on a GPU (where the
+    host's self time would be launch time)."""
+    cuda = torch.cuda.is_available()
+    with profile(activities=profiler_activities()) as prof:
         step()
+        if cuda:
+            torch.cuda.synchronize()
     other = optimizer = 0.0
     for event in prof.key_averages():
         name = event.key
         if name.startswith(OPTIMIZER_REGION):
-            optimizer += event.cpu_time_total * 1e-6
+            optimizer += (event.device_time_total if cuda else event.cpu_time_total) * 1e-6
         elif name.startswith("aten::") and name not in GEMM_OPS and "attention" not in name:
-            other += event.self_cpu_time_total * 1e-6
+            other += self_seconds(event, cuda)
     return max(other - optimizer, 0.0), optimizer
 
 
-def elementwise_rank(model: ModelConfig, tokens: int, repeats: int) -> dict[str, Rate]:
+def profiler_activities() -> list[ProfilerActivity]:
+    """What torch.profiler records here: the CPU, and the GPU's kernels where there is one."""
+    return (
+        [ProfilerActivity.CPU, ProfilerActivity.CUDA] if torch.cuda.is_available() else [ProfilerActivity.CPU]
+    )
+
+
+def self_seconds(event, cuda: bool) -> float:
+    """An op's own time in a profile: its kernels' device time on a GPU, its CPU time elsewhere."""
+    return (event.self_device_time_total if cuda else event.self_cpu_time_total) * 1e-6
+
+
+def elementwise_rank(
+    model: ModelConfig, tokens: int, repeats: int, device: str = "cpu", dtype: str = "float32"
+) -> dict[str, Rate]:
     """Element-wise seconds of a single-device step of ``model`` at ``tokens`` tokens (a world of
     one rank): a training step's (optimizer apart), the optimizer's, and a forward's (prefill);
     each the median over ``repeats`` profiled steps after two warm-up steps."""
-    runs = {mode: RankRun(Layout("dp"), Workload(model, 1, tokens, mode)) for mode in ("train", "infer")}
+    runs = {
+        mode: RankRun(Layout("dp"), Workload(model, 1, tokens, mode, "none", dtype, device))
+        for mode in ("train", "infer")
+    }
     for run in runs.values():
         run.step()
         run.step()

@@ -1,0 +1,54 @@
+"""gpu-check's op-level rows: what the timeline prices each kind of op at, against what the
+device spent on it.
+
+    ops/S   S in OP_STRATEGIES, one training step at world 1 (on a GPU: the 7B cut to 4 layers
+            at 8K tokens, bf16): torch.profiler's device time of the step's GEMMs, attention
+            and element-wise ops (tspbench.measure.opcosts.kind_seconds), against the same
+            step's trace replayed on the run's own calibrated profile
+            (tspbench.analytic.timeline): each kind within OP_LEVEL_TOLERANCE on a GPU
+
+Off a GPU it runs on the tiny model as a smoke test, without a pass mark: on a shared 2-core
+host the self time of an op varies by more than the tolerance from run to run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.timeline import timeline
+from tspbench.core.spec import Layout
+from tspbench.dist.launch import launch
+from tspbench.measure.gpu_rows import Check
+from tspbench.measure.opcosts import kind_seconds, profiled_rank
+
+if TYPE_CHECKING:
+    from tspbench.measure.gpu_check import Plan
+
+OP_STRATEGIES = ("dp", "tsp", "fsdp")
+OP_LEVEL_TOLERANCE = 0.10
+KINDS = ("gemm", "attention", "elementwise")
+REPEATS = 3
+
+
+def op_level_check(p: Plan, strategy: str, hardware: str | None) -> Check:
+    """The ops/S row (module doc)."""
+    name = f"ops/{strategy}"
+    if hardware is None:
+        return Check(name, "skipped", "needs the profile calibrate writes (its check failed)")
+    workload = p.memory.with_(seq_len=8192) if p.device == "cuda" else p.validate
+    layout = Layout(strategy)
+    rank = launch(profiled_rank, 1, layout, workload, REPEATS, device=p.device, timeout=900)[0]
+    profiled = {k: kind_seconds(rank["seconds"]).get(k, 0.0) for k in KINDS}
+    replay = timeline([rank["trace"]], load_hardware(hardware), 1)
+    replayed = {k: sum(by_kind.get(k, 0.0) for by_kind in replay.kind_s.values()) for k in KINDS}
+    errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
+    point = f"{workload.model.name} at {workload.seq_len} tokens"
+    details = {"profiled_s": profiled, "replayed_s": replayed, "error": errors, "point": point}
+    summary = f"{layout.describe()}, {point}: replayed / profiled - 1: " + ", ".join(
+        f"{k} {errors[k]:+.1%}" for k in KINDS if k in errors
+    )
+    if p.device != "cuda":
+        return Check(name, "measured", summary + " (no pass mark off a GPU)", details)
+    ok = len(errors) == len(KINDS) and all(abs(e) <= OP_LEVEL_TOLERANCE for e in errors.values())
+    return Check(name, "passed" if ok else "failed", f"{summary} (limit {OP_LEVEL_TOLERANCE:.0%})", details)
