@@ -14,7 +14,9 @@ import torch
 from torch import nn
 
 from tspbench.core.spec import ModelConfig, Workload
-from tspbench.measure.tracker import MemoryTracker, allocator_report, persistent_bytes, tracked
+from tspbench.measure.memory_report import allocator_report
+from tspbench.measure.storages import persistent_bytes
+from tspbench.measure.tracker import MemoryTracker, tracked
 from tspbench.model.reference import Reference
 
 
@@ -398,7 +400,7 @@ def test_bench_records_the_spread_of_per_step_peaks() -> None:
     too), with min, max and every step's peak beside it."""
     from tspbench.core.spec import Layout
     from tspbench.measure.bench import measurement_record
-    from tspbench.measure.tracker import MemoryReport
+    from tspbench.measure.memory_report import MemoryReport
 
     def rank(r: int, peaks: list[int]) -> dict:
         memory = [MemoryReport(p, {"other": p}, phase=f"step{i}") for i, p in enumerate(peaks)]

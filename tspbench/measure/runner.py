@@ -35,8 +35,10 @@ from tspbench.measure import schedstat
 from tspbench.measure.decode_graphs import DecodeGraphs
 from tspbench.measure.energy import EnergyMeter
 from tspbench.measure.flop_counter import register_cpu_attention_flops
+from tspbench.measure.memory_report import CudaPeak, MemoryReport
+from tspbench.measure.storages import persistent_bytes
 from tspbench.measure.trace import StepRecorder, mark_layers
-from tspbench.measure.tracker import CudaPeak, MemoryReport, MemoryTracker, persistent_bytes
+from tspbench.measure.tracker import MemoryTracker
 from tspbench.model.attention import record_kernels
 from tspbench.model.optim import build_optimizer
 from tspbench.model.reference import make_batch

@@ -1,7 +1,8 @@
 """Peak memory of a measured region, per rank, with a breakdown by category.
 
 CUDA: the caching allocator's peaks (allocated and reserved), reset per window, with the
-categories at the peak from the dispatch tracker below, run beside it (``CudaPeak``).
+categories at the peak from the dispatch tracker below, run beside it (``CudaPeak`` in
+tspbench.measure.memory_report, which also holds the MemoryReport both give).
 
 CPU: a dispatch-level tracker, exact for what it sees. Every op's output storages (issued in
 the thread that entered the tracker) are recorded by storage
@@ -43,20 +44,20 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import (
     TorchDispatchMode,
-    is_traceable_wrapper_subclass,
     is_traceable_wrapper_subclass_type,
 )
 from torch.utils._pytree import tree_leaves
 
 from tspbench.core.names import CATEGORIES
 from tspbench.dist import comm
+from tspbench.measure.memory_report import MemoryReport
+from tspbench.measure.storages import optimizer_state_tensors, storage_key, storages, written_tensors
 
 _DEVICE = torch.ops.prim.device.default
 # A storage seen again under another category moves only along these edges: parameters and
@@ -64,53 +65,6 @@ _DEVICE = torch.ops.prim.device.default
 # gradient (AccumulateGrad adopts it), anything uncategorised can become either, or the KV
 # cache (allocated inside a decode run, then registered).
 PROMOTIONS = {"other": ("activations", "gradients", "kv_cache"), "activations": ("gradients",)}
-
-
-@dataclass
-class MemoryReport:
-    """Peak bytes of one rank over a window, with the category totals at the moment of the peak."""
-
-    peak_bytes: int
-    by_category: dict[str, int] = field(default_factory=dict)
-    reserved_bytes: int | None = None
-    method: str = "cpu-dispatch"
-    phase: str = ""  # the step phase (forward, backward, optimizer) the peak fell in
-    phase_peaks: dict[str, int] = field(default_factory=dict)  # the highest live total in each phase
-    tracked_bytes: int | None = None  # CUDA: the dispatch tracker's peak beside the allocator's
-
-    def to_record(self, prefix: str = "peak_memory") -> dict[str, object]:
-        record: dict[str, object] = {
-            f"{prefix}_bytes": self.peak_bytes,
-            f"{prefix}_method": self.method,
-            f"{prefix}_phase": self.phase,
-        }
-        for cat in CATEGORIES:
-            record[f"{prefix}_{cat}_bytes"] = self.by_category.get(cat, 0)
-        for phase, nbytes in self.phase_peaks.items():
-            record[f"{prefix}_in_{phase}_bytes"] = nbytes
-        if self.reserved_bytes is not None:
-            record[f"{prefix}_reserved_bytes"] = self.reserved_bytes
-        if self.tracked_bytes is not None:
-            record[f"{prefix}_tracked_bytes"] = self.tracked_bytes
-            record[f"{prefix}_untracked_bytes"] = self.peak_bytes - self.tracked_bytes
-        return record
-
-
-def storage_key(storage: torch.UntypedStorage) -> int:
-    """The identity of a storage (its StorageImpl), the same for every view of it. Not its data
-    pointer: under fake tensors every storage's data pointer is 0."""
-    return storage._cdata
-
-
-def _storages(t: Tensor) -> list[torch.UntypedStorage]:
-    """The storages behind ``t``: its own, or for a wrapper subclass (FSDP2's DTensor
-    parameters, gradients and optimizer state) those of the local tensors it wraps. (As
-    torch.distributed._tools.common_utils.get_untyped_storages does; that module costs 2.4 s to
-    import.)"""
-    if is_traceable_wrapper_subclass(t):
-        attrs, _ = t.__tensor_flatten__()
-        return [s for a in attrs if isinstance(inner := getattr(t, a), Tensor) for s in _storages(inner)]
-    return [t.untyped_storage()]
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -228,7 +182,7 @@ class MemoryTracker(TorchDispatchMode):
 
     def classify(self, tensor: Tensor, category: str) -> None:
         """Count ``tensor``'s storage under ``category`` (adding it if unseen)."""
-        for s in _storages(tensor):
+        for s in storages(tensor):
             self._add(s, category)
 
     def register(self, tensors: Iterable[Tensor], category: str) -> None:
@@ -300,14 +254,16 @@ class MemoryTracker(TorchDispatchMode):
             return func(*args, **(kwargs or {}))  # DTensor's placement inference: no memory
         if func.namespace == "c10d":  # a collective allocates nothing: it returns its arguments
             return func(*args, **(kwargs or {}))
-        written = [(s, s.data_ptr(), s.nbytes()) for t in _written(func, args, kwargs) for s in _storages(t)]
+        written = [
+            (s, s.data_ptr(), s.nbytes()) for t in written_tensors(func, args, kwargs) for s in storages(t)
+        ]
         out = func(*args, **(kwargs or {}))
         for storage, ptr, nbytes in written:
             if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
                 self._reallocated(storage)
         for t in (out,) if isinstance(out, Tensor) else tree_leaves(out):
             if isinstance(t, Tensor) and not self._shape_inference(t):
-                for s in _storages(t):
+                for s in storages(t):
                     self._add(s, "other")
         return out
 
@@ -316,95 +272,6 @@ class MemoryTracker(TorchDispatchMode):
         output placement by running it on fake tensors of its own, which hold no memory. (Under
         the fake world's own FakeTensorMode every tensor is fake, and each counts.)"""
         return isinstance(t, FakeTensor) and t.fake_mode is not self._fake_mode
-
-
-_WRITTEN_ARGS: dict[object, tuple[tuple[int, str], ...]] = {}
-
-
-def _written(func, args: tuple, kwargs: dict | None) -> list[Tensor]:
-    """The tensors ``func`` writes to (its schema's mutable arguments: ``self`` of an in-place op,
-    ``out=``), whose storages it may reallocate."""
-    if func not in _WRITTEN_ARGS:
-        schema = getattr(func, "_schema", None)
-        _WRITTEN_ARGS[func] = tuple(
-            (i, a.name)
-            for i, a in enumerate(schema.arguments if schema is not None else ())
-            if a.alias_info is not None and a.alias_info.is_write
-        )
-    out = []
-    for i, name in _WRITTEN_ARGS[func]:
-        value = args[i] if i < len(args) else (kwargs or {}).get(name)
-        out += [t for t in tree_leaves(value) if isinstance(t, Tensor)]
-    return out
-
-
-def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
-    tensors: list[Tensor] = []
-    for state in optimizer.state.values():
-        tensors.extend(v for v in state.values() if isinstance(v, Tensor) and v.dim() > 0)
-    master = getattr(optimizer, "master_params", None)
-    if master:
-        tensors.extend(master)
-    return tensors
-
-
-class CudaPeak:
-    """Allocator peaks on CUDA - allocated (what tensors hold) and reserved (what the cache holds)
-    - with the categories taken at the peak by a dispatch tracker run beside the allocator.
-
-    The allocator knows how much, not what: its peak is the record's peak, and the tracker's
-    categories are what was live at the tracker's own peak (the same moment, up to what the
-    tracker cannot see). ``tracked_bytes`` is the tracker's peak; the allocator's excess over it
-    (cuBLAS and flash workspaces, NCCL buffers, allocation rounding) is recorded apart as
-    ``peak_memory_untracked_bytes``, never spread over the categories.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def __enter__(self) -> CudaPeak:
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def report(self, tracked: MemoryReport) -> MemoryReport:
-        return allocator_report(
-            torch.cuda.max_memory_allocated(self.device), torch.cuda.max_memory_reserved(self.device), tracked
-        )
-
-
-def allocator_report(allocated: int, reserved: int, tracked: MemoryReport) -> MemoryReport:
-    """The allocator's peaks with the tracker's categories, phase and per-phase peaks at its peak."""
-    return MemoryReport(
-        allocated,
-        dict(tracked.by_category),
-        reserved,
-        "cuda-allocator",
-        tracked.phase,
-        dict(tracked.phase_peaks),
-        tracked_bytes=tracked.peak_bytes,
-    )
-
-
-def persistent_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
-    """Bytes of parameters, gradients and optimizer state (storages counted once)."""
-
-    def total(tensors: Iterable[Tensor]) -> int:
-        seen: dict[int, int] = {}
-        for t in tensors:
-            for s in _storages(t):
-                seen[storage_key(s)] = s.nbytes()
-        return sum(seen.values())
-
-    params = list(model.parameters())
-    return {
-        "parameters": total(params),
-        "gradients": total(p.grad for p in params if p.grad is not None),
-        "optimizer": total(optimizer_state_tensors(optimizer)) if optimizer is not None else 0,
-    }
 
 
 @contextmanager
