@@ -18,14 +18,17 @@ from pathlib import Path
 import pytest
 from slurm_cluster import running_cluster
 
-from tools import slurm_local
+import tools.slurm_local
 from tools.slurm_local import LocalSlurmCluster
+from tools.slurm_local.host import add_host_names, remove_host_names
+from tools.slurm_local.processes import PROCESS_NAMES
+from tools.slurm_local.smoke import smoke_allreduce
 
 submitit = pytest.importorskip("submitit")
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-REPO = Path(slurm_local.__file__).resolve().parents[1]
+REPO = Path(tools.slurm_local.__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 120.0
 STATE_TIMEOUT_S = 30.0
 
@@ -92,16 +95,16 @@ def test_node_names_go_into_the_hosts_file_once_and_leave_it_unchanged(tmp_path:
     hosts = tmp_path / "hosts"
     original = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n"
     hosts.write_text(original)
-    slurm_local.add_host_names(["n1", "n2"], Path("/tmp/other"), hosts)  # another cluster's
+    add_host_names(["n1", "n2"], Path("/tmp/other"), hosts)  # another cluster's
     with_other = hosts.read_text()
     for _ in range(2):  # a restart replaces its line, never adds a second
-        slurm_local.add_host_names(["n1", "n2"], Path("/tmp/ours"), hosts)
+        add_host_names(["n1", "n2"], Path("/tmp/ours"), hosts)
     lines = hosts.read_text().splitlines()
     assert lines[:2] == original.splitlines()
     assert sum(ln.startswith("127.0.0.1 n1 n2 ") for ln in lines) == 2  # ours and the other one
-    slurm_local.remove_host_names(Path("/tmp/ours"), hosts)
+    remove_host_names(Path("/tmp/ours"), hosts)
     assert hosts.read_text() == with_other
-    slurm_local.remove_host_names(Path("/tmp/other"), hosts)
+    remove_host_names(Path("/tmp/other"), hosts)
     assert hosts.read_text() == original
 
 
@@ -119,7 +122,7 @@ def test_nodes_idle_and_clients_use_env(cluster: LocalSlurmCluster) -> None:
 def test_submitit_2_nodes_4_tasks_allreduce(cluster: LocalSlurmCluster, tmp_path: Path) -> None:
     executor = _executor(tmp_path, cluster, nodes=2, tasks_per_node=2, cpus_per_task=1)
     t0 = time.monotonic()
-    job = executor.submit(slurm_local._smoke_allreduce)
+    job = executor.submit(smoke_allreduce)
     _wait_done(job, JOB_TIMEOUT_S)
     results = sorted(job.results())
     print(f"\n[slurm] 2x2-task submitit job round trip {time.monotonic() - t0:.1f} s")
@@ -156,7 +159,7 @@ def _pgrep_cluster(cluster: LocalSlurmCluster) -> list[str]:
     (other clusters on the host, e.g. one a developer brought up by hand, are not ours)."""
     ours = {pid for pid, _ in cluster.processes()}
     found = []
-    for name in slurm_local.PROCESS_NAMES:
+    for name in PROCESS_NAMES:
         out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True, timeout=10)
         found += [f"{pid} {name}" for pid in map(int, out.stdout.split()) if pid in ours]
     return found
