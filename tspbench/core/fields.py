@@ -92,18 +92,8 @@ FIELDS: tuple[Field, ...] = (
     _f("peak_memory_phase", "", "measured", "the phase the peak fell in"),
     _f("peak_memory_in_<phase>_bytes", "B", "measured", "the highest live total in the phase"),
     _f("peak_memory_reserved_bytes", "B", "measured", "CUDA: the caching allocator's reserved peak"),
-    _f(
-        "peak_memory_tracked_bytes",
-        "B",
-        "measured",
-        "CUDA: the dispatch tracker's peak",
-    ),
-    _f(
-        "peak_memory_untracked_bytes",
-        "B",
-        "measured",
-        "CUDA: allocated - tracked (workspaces, NCCL)",
-    ),
+    _f("peak_memory_tracked_bytes", "B", "measured", "CUDA: the dispatch tracker's peak"),
+    _f("peak_memory_untracked_bytes", "B", "measured", "CUDA: allocated - tracked (workspaces, NCCL)"),
     _f("peak_memory_rank", "rank", "measured", "the rank with the highest peak"),
     _f("peak_memory_bytes_per_rank", "B", "measured", "each rank's peak"),
     _f("peak_memory_by_rank", "B", "fake", "each executed rank's peak by category"),
@@ -130,12 +120,7 @@ FIELDS: tuple[Field, ...] = (
     _f("comm_bytes_per_step", "B", "measured", "bus bytes per step (nccl-tests convention), busiest rank"),
     _f("comm_<op>_bytes", "B", "measured", "bus bytes of the op per step"),
     _f("comm_<phase>_bytes", "B", "measured", "bus bytes of the phase per step"),
-    _f(
-        "hardware_flops_per_step_per_gpu",
-        "FLOP",
-        "measured",
-        "FlopCounterMode's count, recompute included",
-    ),
+    _f("hardware_flops_per_step_per_gpu", "FLOP", "measured", "FlopCounterMode's count, recompute included"),
     _f("hardware_flops_prefill_per_gpu", "FLOP", "measured", "decode: the prefill's"),
     _f("hardware_flops_per_decode_step_per_gpu", "FLOP", "measured", "decode: one step's"),
     _f("decode_comm_bytes_per_step", "B", "measured", "decode: bus bytes per decode step"),
@@ -189,12 +174,7 @@ FIELDS: tuple[Field, ...] = (
     _f("decode_attention_s", "s", "predicted", "decode model: a step's attention over the cache"),
     _f("decode_comm_exposed_s", "s", "predicted", "decode model: a step's exposed communication"),
     _f("decode_comm_hidden_s", "s", "predicted", "decode model: a step's hidden communication"),
-    _f(
-        "break_even_batch",
-        "sequences",
-        "predicted",
-        "decode model: TSP hides its weights from here",
-    ),
+    _f("break_even_batch", "sequences", "predicted", "decode model: TSP hides its weights from here"),
     # ------------------------------------------------------------------ the timeline
     _f("timeline_hardware", "", "timeline", "the profile the traced step was replayed on"),
     _f("timeline_step_time_s", "s", "timeline", "the replayed step: the critical rank's end"),
@@ -209,12 +189,7 @@ FIELDS: tuple[Field, ...] = (
     _f("timeline_critical_rank", "rank", "timeline", "the rank that ends last"),
     _f("timeline_busy_s", "s", "timeline", "mean over the replayed ranks: computing (default stream)"),
     _f("timeline_blocked_s", "s", "timeline", "mean over the replayed ranks: the rest of each one's step"),
-    _f(
-        "timeline_hidden_fraction_<op>",
-        "",
-        "timeline",
-        "the op's time under compute (all ranks)",
-    ),
+    _f("timeline_hidden_fraction_<op>", "", "timeline", "the op's time under compute (all ranks)"),
     _f("timeline_weights_hidden_fraction", "", "timeline", "TSP: its weight shards' traffic under compute"),
 )
 
