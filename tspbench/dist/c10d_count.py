@@ -39,21 +39,19 @@ from torch.utils._pytree import tree_leaves
 from tspbench.dist import comm
 from tspbench.dist.comm import CommLog, CommRecord
 
+# tspbench op, index of the counted tensors, index of the process group: the c10d ops that are it
+_OPS = {
+    ("all_reduce", 0, 1): "allreduce_ allreduce_coalesced_",
+    ("all_gather", 0, 2): "_allgather_base_ allgather_ allgather_into_tensor_coalesced_",
+    ("reduce_scatter", 1, 2): "_reduce_scatter_base_ reduce_scatter_ reduce_scatter_tensor_coalesced_",
+    ("all_to_all", 1, 2): "alltoall_base_ alltoall_",
+    ("broadcast", 0, 1): "broadcast_",
+    ("reduce", 0, 1): "reduce_",
+    ("send_recv", 0, 1): "send",
+}
 # c10d op -> (tspbench op, index of the counted tensors, index of the process group)
 C10D_OPS: dict[str, tuple[str, int, int]] = {
-    "allreduce_": ("all_reduce", 0, 1),
-    "allreduce_coalesced_": ("all_reduce", 0, 1),
-    "_allgather_base_": ("all_gather", 0, 2),
-    "allgather_": ("all_gather", 0, 2),
-    "allgather_into_tensor_coalesced_": ("all_gather", 0, 2),
-    "_reduce_scatter_base_": ("reduce_scatter", 1, 2),
-    "reduce_scatter_": ("reduce_scatter", 1, 2),
-    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, 2),
-    "alltoall_base_": ("all_to_all", 1, 2),
-    "alltoall_": ("all_to_all", 1, 2),
-    "broadcast_": ("broadcast", 0, 1),
-    "reduce_": ("reduce", 0, 1),
-    "send": ("send_recv", 0, 1),
+    name: how for how, names in _OPS.items() for name in names.split()
 }
 NOT_DATA = ("barrier", "monitored_barrier_", "recv_", "recv_any_source_")
 
