@@ -71,49 +71,31 @@ class KVCache:
         cls,
         n_layers: int,
         batch: int,
-        slots: int,
         kv_heads: int,
         context: int,
         steps: int,
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        slots: int | None = None,
     ) -> KVCache:
-        """A sequence-sharded rank's cache: context [batch, kv_heads, context, d] and tail
-        [slots, kv_heads, steps, d] per layer, K and V."""
+        """A rank's cache, K and V per layer. With ``slots`` (a sequence-sharded rank): context
+        [batch, kv_heads, context, d] and tail [slots, kv_heads, steps, d]. Without (a rank holding
+        whole sequences): [batch, kv_heads, context + steps, d], context and tail its views."""
 
         def zeros(rows: int, length: int) -> Tensor:
             return torch.zeros(rows, kv_heads, length, head_dim, dtype=dtype, device=device)
 
-        def layer() -> LayerCache:
+        def sharded() -> LayerCache:
             context_kv = zeros(batch, context), zeros(batch, context)
             return LayerCache(*context_kv, zeros(slots, steps), zeros(slots, steps))
 
-        return cls([layer() for _ in range(n_layers)])
-
-    @classmethod
-    def joined(
-        cls,
-        n_layers: int,
-        batch: int,
-        kv_heads: int,
-        context: int,
-        steps: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device | str,
-    ) -> KVCache:
-        """The cache of a rank holding whole sequences: [batch, kv_heads, context + steps, d] per layer,
-        context and tail its views."""
-        layers = []
-        for _ in range(n_layers):
-            k, v = (
-                torch.zeros(batch, kv_heads, context + steps, head_dim, dtype=dtype, device=device)
-                for _ in "kv"
-            )
+        def joined() -> LayerCache:
+            k, v = (zeros(batch, context + steps) for _ in "kv")
             parts = (k[:, :, :context], v[:, :, :context], k[:, :, context:], v[:, :, context:])
-            layers.append(LayerCache(*parts, joined=(k, v)))
-        return cls(layers)
+            return LayerCache(*parts, joined=(k, v))
+
+        return cls([(joined if slots is None else sharded)() for _ in range(n_layers)])
 
     def tensors(self) -> list[Tensor]:
         return [t for layer in self.layers for t in layer.tensors()]

@@ -81,7 +81,7 @@ class Reference:
         steps = self.workload.decode_tokens if steps is None else steps
         cfg, (n_seqs, seq_len) = self.workload.model, self.tokens.shape
         device, dtype = self.tokens.device, next(self.model.parameters()).dtype
-        cache = KVCache.joined(
+        cache = KVCache.allocate(
             cfg.n_layers, n_seqs, cfg.n_kv_heads, seq_len, steps, cfg.head_dim, dtype, device
         )
         logits = [self.model.prefill(self.tokens, torch.arange(seq_len, device=device), cache)]

@@ -62,9 +62,8 @@ class Decoding:
         args = (cfg.n_layers, w.batch)
         tail = (self.cache_kv_heads, w.seq_len // self.decode_parts, w.decode_tokens, cfg.head_dim)
         dtype = torch_dtype(w.dtype)
-        if self.decode_parts == 1:
-            return KVCache.joined(*args, *tail, dtype, self.device)
-        return KVCache.allocate(*args, self.decode_slots, *tail, dtype, self.device)
+        slots = None if self.decode_parts == 1 else self.decode_slots
+        return KVCache.allocate(*args, *tail, dtype, self.device, slots=slots)
 
     def owned(self) -> list[int]:
         """The sequences of this rank's slots (-1: padding)."""
