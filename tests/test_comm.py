@@ -350,25 +350,16 @@ def _pair_expectations(name: str, n: int, r: int) -> tuple[torch.Tensor, torch.T
 
 
 # pair -> (forward op, backward op) and which buffer nccl-tests counts (here: message bytes).
+# The gather and reduce-scatter pairs move the stacked [n, *SHAPE] buffer, or [2, n ROWS, 5] along dim 1.
+FULL_BYTES = {"": lambda n: _nbytes(n, *SHAPE), "_dim1": lambda n: _nbytes(2, n * ROWS, 5)}
 PAIRS = {
     "copy_to_group": (None, ("all_reduce", lambda n: _nbytes(*SHAPE))),
     "reduce_from_group": (("all_reduce", lambda n: _nbytes(*SHAPE)), None),
-    "gather_from_group": (
-        ("all_gather", lambda n: _nbytes(n, *SHAPE)),
-        ("reduce_scatter", lambda n: _nbytes(n, *SHAPE)),
-    ),
-    "gather_from_group_dim1": (
-        ("all_gather", lambda n: _nbytes(2, n * ROWS, 5)),
-        ("reduce_scatter", lambda n: _nbytes(2, n * ROWS, 5)),
-    ),
-    "reduce_scatter_to_group": (
-        ("reduce_scatter", lambda n: _nbytes(n, *SHAPE)),
-        ("all_gather", lambda n: _nbytes(n, *SHAPE)),
-    ),
-    "reduce_scatter_to_group_dim1": (
-        ("reduce_scatter", lambda n: _nbytes(2, n * ROWS, 5)),
-        ("all_gather", lambda n: _nbytes(2, n * ROWS, 5)),
-    ),
+    **{f"gather_from_group{s}": (("all_gather", b), ("reduce_scatter", b)) for s, b in FULL_BYTES.items()},
+    **{
+        f"reduce_scatter_to_group{s}": (("reduce_scatter", b), ("all_gather", b))
+        for s, b in FULL_BYTES.items()
+    },
 }
 
 
