@@ -70,6 +70,9 @@ def test_unknown_command_exits_2(capsys) -> None:
     assert "invalid choice: 'no-such-command'" in capsys.readouterr().err
 
 
+TP2_DECODE = ["--strategy", "tp", "--tp", "2", "--mode", "decode"]
+
+
 @pytest.mark.parametrize(
     "argv, problem",
     [
@@ -112,19 +115,7 @@ def test_unknown_command_exits_2(capsys) -> None:
             "--recompute full with --mode infer: recomputation applies to training only",
         ),
         (
-            [
-                "bench",
-                "--strategy",
-                "tp",
-                "--tp",
-                "2",
-                "--mode",
-                "decode",
-                "--decode-tokens",
-                "2",
-                "--recompute",
-                "selective",
-            ],
+            ["bench", *TP2_DECODE, "--decode-tokens", "2", "--recompute", "selective"],
             "--recompute selective with --mode decode: recomputation applies to training only",
         ),
         (
@@ -196,19 +187,7 @@ def test_predict_decode_gives_the_decode_model(capsys) -> None:
     from tspbench.analytic.decode import predict_decode
     from tspbench.core.spec import Layout, ModelConfig
 
-    argv = [
-        "predict",
-        "--strategy",
-        "tp",
-        "--tp",
-        "2",
-        "--mode",
-        "decode",
-        "--decode-tokens",
-        "4",
-        "--batch",
-        "2",
-    ]
+    argv = ["predict", *TP2_DECODE, "--decode-tokens", "4", "--batch", "2"]
     assert main([*argv, "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     model = predict_decode(Layout("tp", tp=2), ModelConfig.preset("7b"), 2, 512, 4, "bfloat16", "mi300x")
