@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.timeline import Timeline, op_times, timeline
 from tspbench.core.trace import COMPUTE, VIEW, load_traces
+from tspbench.measure.replayed import profile_name
 from tspbench.report import gantt
 from tspbench.report.build import report, with_run_dirs
 from tspbench.report.frame import context, prepare
@@ -99,7 +100,7 @@ def test_pick_takes_one_point_per_strategy_at_the_common_shape(frame: pd.DataFra
     assert list(picked["series"]) == list(CHOSEN)  # one per strategy, in the report's order
     assert list(picked["run_id"]) == list(CHOSEN.values())
     assert set(picked["seq_len"]) == {1024} and set(picked["world_size"]) == {4}
-    assert gantt.profile_name(picked.iloc[0]) == "cpu"
+    assert profile_name(picked.iloc[0]) == "cpu"
 
 
 def test_report_draws_the_figure_lists_it_and_is_byte_stable(

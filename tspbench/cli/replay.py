@@ -35,8 +35,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     from tspbench.analytic.chrome import write_chrome_trace
     from tspbench.analytic.hardware import load_hardware
-    from tspbench.analytic.timeline import timeline
     from tspbench.core.trace import load_traces
+    from tspbench.measure.replayed import reprice
 
     path = args.traces / "trace.npz" if args.traces.is_dir() else args.traces
     if not path.is_file():
@@ -46,7 +46,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         check_suffix(args.trace, "--trace", (".json", ".json.gz"))
     traces, meta = load_traces(path)  # a damaged file: one line naming it (DamagedFileError)
     world = world_size(args.world_size, traces, meta, path)
-    tl = timeline(traces, load_hardware(args.hardware), world)
+    tl = reprice({**meta, "world_size": world}, traces, load_hardware(args.hardware))
     record = {"traces": str(path), "timeline_hardware": args.hardware, **meta, **tl.to_record()}
     failed: OutputError | None = None
     try:

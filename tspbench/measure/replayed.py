@@ -1,16 +1,53 @@
-"""A measured point's step traces, replayed on its hardware profile: the record's ``timeline_``
-fields, and the traces kept beside it (a .npz to replay again, or a Chrome trace to look at)."""
+"""A point's step traces, replayed on a hardware profile: the record's ``timeline_`` fields, and
+the traces kept beside it (a .npz to replay again, or a Chrome trace to look at).
+
+``reprice`` is the one place a traced step becomes a timeline. A fresh measurement is priced by
+it (bench, the fake world: ``timeline_fields``), and so is every stored one: the results store's
+re-pricing (tspbench.sweep.reprice), ``tspbench replay``, the report's Gantt figure and the
+models' checks (tspbench.checks), so a stored record re-prices to the numbers it was measured
+with. It lives here, in measure, rather than beside the results store (tspbench.sweep.store)
+because measure prices the fresh records and sits below the store in the layers.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tspbench.analytic.chrome import write_chrome_trace
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.timeline import Timeline, timeline
 from tspbench.core.errors import OutputError
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.trace import RankTrace, save_traces
+
+
+def reprice(record: Mapping[str, Any], traces: list[RankTrace], hw: Hardware) -> Timeline:
+    """The timeline of ``record``'s traced step (``traces``, kept beside it) on the profile ``hw``,
+    replayed in the record's world (its ``world_size``). Any mapping with a ``world_size`` does:
+    a result.json, a report row, a trace file's metadata, an op-level check's row."""
+    return timeline(traces, hw, int(record["world_size"]))
+
+
+def profile_name(record: Mapping[str, Any]) -> str:
+    """The hardware profile ``record`` was priced on: ``timeline_hardware``, else ``hardware``,
+    else what bench prices on when none is named (default_hardware)."""
+    for key in ("timeline_hardware", "hardware"):
+        value = record.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return "cpu" if record["device"] == "cpu" else "mi300x"
+
+
+def repriced_record(record: Mapping[str, Any], tl: Timeline, hardware: str) -> dict[str, Any]:
+    """``record`` with its ``timeline_*`` fields replaced by ``tl``'s (priced on ``hardware``), and
+    ``timeline_step_time_error`` where the step was measured."""
+    out = {k: v for k, v in record.items() if not k.startswith("timeline_")}
+    out.update({"timeline_hardware": hardware, **tl.to_record()})
+    if out.get("step_time_s"):
+        out["timeline_step_time_error"] = out["timeline_step_time_s"] / out["step_time_s"] - 1
+    return out
 
 
 def default_hardware(workload: Workload) -> str:
@@ -34,7 +71,7 @@ def timeline_fields(
     if not traces:
         return {}
     name = hardware or default_hardware(workload)
-    tl = timeline(traces, load_hardware(name), layout.world_size)
+    tl = reprice({"world_size": layout.world_size}, traces, load_hardware(name))
     out: dict[str, object] = {"timeline_hardware": name, **tl.to_record()}
     if trace_path is not None:
         try:

@@ -5,8 +5,8 @@ An experiment run with ``run.trace: true`` keeps each point's traced step beside
 traced point per strategy at one shape: the most common setting (world size, mode,
 recomputation, micro-batch, model, dtype; ties to the larger world), the longest sequence that
 every traced strategy ran there, and a strategy's first layout in the report's order. Each is
-replayed (tspbench.analytic.timeline) on the hardware profile its record names
-(``timeline_hardware``, else ``hardware``, else ``cpu`` for a CPU run and ``mi300x`` for a
+re-priced (tspbench.measure.replayed.reprice: the timeline) on the hardware profile its record
+names (``timeline_hardware``, else ``hardware``, else ``cpu`` for a CPU run and ``mi300x`` for a
 simulated GPU, as bench prices them) in the point's world.
 
 One panel per strategy shows the lowest replayed rank (rank 0) over one layer's forward, from
@@ -34,9 +34,10 @@ from matplotlib.patches import Patch
 
 from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
 from tspbench.analytic.hardware import load_hardware
-from tspbench.analytic.timeline import Timeline, timeline
+from tspbench.analytic.timeline import Timeline
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
+from tspbench.measure.replayed import profile_name, reprice
 from tspbench.report import style as st
 from tspbench.report.bars import op_colors
 from tspbench.report.frame import Context
@@ -100,18 +101,10 @@ def pick(df: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["seq_len"] == seq].drop_duplicates("strategy")
 
 
-def profile_name(row: pd.Series) -> str:
-    """The hardware profile the record was priced on (what bench uses when none is named)."""
-    for col in ("timeline_hardware", "hardware"):
-        value = row.get(col)
-        if isinstance(value, str) and value:
-            return value
-    return "cpu" if row["device"] == "cpu" else "mi300x"
-
-
 def replay(row: pd.Series) -> Timeline:
+    """The point's stored trace re-priced on the profile its record names (profile_name)."""
     traces, _ = load_traces(Path(row[RUN_DIR]) / TRACE_FILE)
-    return timeline(traces, load_hardware(profile_name(row)), int(row["world_size"]))
+    return reprice(row, traces, load_hardware(profile_name(row)))
 
 
 # ----------------------------------------------------------------------------- replay -> bars
