@@ -38,7 +38,7 @@ BENCH := $(BIN)/python -m pytest benchmarks -q -p no:cacheprovider --benchmark-e
 
 bench: $(STAMP)
 	$(BENCH) --benchmark-autosave
-	$(BIN)/python benchmarks/overlap_study.py
+	$(BIN)/tspbench check overlap
 
 bench-compare: $(STAMP)
 	$(BENCH) --benchmark-compare --benchmark-compare-fail=median:30%

@@ -10,6 +10,9 @@ Rules (README, "Layout of the repository"):
     strategy    (the plugin API) never imports a plugin
     report      no torch anywhere in what it imports; sweep and report reach strategies only
                 through the registry
+    checks      the models' checks: above analytic, measure, sweep and report (they drive them
+                all); nothing but cli imports a check (the report and the docs read what the
+                checks stored)
     cli         the only package that parses argv or prints; nothing imports it
 and no private name is imported across modules, tspbench modules are imported lazily only
 in cli, and no harness (apt-get, Slurm daemons) ships inside the installed package.
@@ -31,7 +34,7 @@ PACKAGE_DIRS = {"tspbench": ROOT / "tspbench", "tspbench.strategies": ROOT / "st
 # Layers, bottom to top: a module imports its own layer or lower ones only.
 LAYERS = {
     "core": 0, "model": 1, "costs": 1, "dist": 2, "strategy": 3, "strategies": 4,
-    "analytic": 5, "measure": 6, "sweep": 7, "report": 8, "cli": 9,
+    "analytic": 5, "measure": 6, "sweep": 7, "report": 8, "checks": 9, "cli": 10,
 }  # fmt: skip
 HARNESS_WORDS = ("apt-get", "slurmctld", "slurmdbd", "munged", "mariadb")
 
@@ -248,6 +251,12 @@ def test_nothing_imports_cli() -> None:
     assert importers in ([], ["tspbench.__main__"]), importers
 
 
+def test_only_cli_imports_the_checks() -> None:
+    importers = sorted(m for m, targets in GRAPH.items() if MODS[m].package not in ("cli", "checks") and any(
+        t.startswith("tspbench.checks") for t in targets))  # fmt: skip
+    assert importers == [], importers
+
+
 def test_no_private_names_across_modules_and_no_lazy_tspbench_imports_outside_cli() -> None:
     for mod in MODS.values():
         assert not mod.private, f"{mod.name} imports private names {mod.private}"
@@ -273,4 +282,5 @@ def test_the_graph_sees_known_edges() -> None:
     """The checks above are only as good as the graph: a few edges that must be in it."""
     assert "tspbench.dist.comm" in GRAPH["tspbench.strategies.tsp_ring"]
     assert "tspbench.strategy.base" in GRAPH["tspbench.strategy.registry"]
+    assert "tspbench.checks.backtest" in GRAPH["tspbench.cli.backtest"]  # a lazy import counts
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

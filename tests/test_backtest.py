@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tspbench.analytic.backtest import backtest_rows, fit_profiles, summarize
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
-from tspbench.analytic.published import fake_record_path, load_published, read_fake_record
 from tspbench.analytic.timeline import timeline
+from tspbench.checks.backtest import backtest_rows, fit_profiles, summarize
+from tspbench.checks.published import fake_record_path, load_published, read_fake_record
 from tspbench.cli.main import main
 from tspbench.core.errors import ExperimentError
 from tspbench.core.spec import Layout, ModelConfig, Workload

@@ -1,18 +1,19 @@
 """Stored records re-price to themselves: the timeline and the analytic model of the code as it
-is give the numbers committed beside each kept trace (tools/reprice.py). A change to either
-model that is not followed by re-pricing the stored results fails here."""
+is give the numbers committed beside each kept trace (``tspbench check reprice``: the results
+store's tspbench.sweep.reprice, through the one re-price function tspbench.measure.replayed
+.reprice). A change to either model that is not followed by re-pricing the stored results fails
+here."""
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tools.reprice import reprice
+from tspbench.checks import timeline_ops
+from tspbench.sweep.reprice import reprice_run
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 MODELLED = ("timeline_", "predicted_")  # the fields the two models give
@@ -27,7 +28,7 @@ def test_a_stored_fake_world_record_reprices_to_itself(tmp_path: Path) -> None:
     assert "timeline_step_time_s" in modelled and "predicted_step_time_s" in modelled
     (run / "result.json").write_text(json.dumps({**stored, **dict.fromkeys(modelled, -1.0)}))
 
-    assert reprice(run, with_predictions=True)
+    assert reprice_run(run, with_predictions=True)
 
     again = json.loads((run / "result.json").read_text())
     assert again.keys() == stored.keys()
@@ -47,8 +48,8 @@ def test_a_stored_decode_record_reprices_its_predictions_without_a_trace(tmp_pat
     assert "predicted_tpot_p50_s" in modelled
     (run / "result.json").write_text(json.dumps({**stored, **dict.fromkeys(modelled, -1.0)}))
 
-    assert not reprice(run)  # no trace, no predictions asked for: nothing to re-price
-    assert reprice(run, with_predictions=True)
+    assert not reprice_run(run)  # no trace, no predictions asked for: nothing to re-price
+    assert reprice_run(run, with_predictions=True)
 
     again = json.loads((run / "result.json").read_text())
     for key in modelled:
@@ -56,17 +57,12 @@ def test_a_stored_decode_record_reprices_its_predictions_without_a_trace(tmp_pat
 
 
 def test_the_stored_op_level_check_replays_to_itself(tmp_path: Path) -> None:
-    """benchmarks/timeline_checks.py --reprice: the committed op-level rows are what the stored
+    """tspbench check timeline-ops --reprice: the committed op-level rows are what the stored
     traces replay to with the code as it is, on the profile the check calibrated in its run."""
-    script = RESULTS.parent / "benchmarks" / "timeline_checks.py"
-    spec = importlib.util.spec_from_file_location("timeline_checks", script)
-    checks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checks)
     stored = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
     profile = RESULTS.parent / stored["hardware"]
-    args = argparse.Namespace(out=RESULTS / "timeline_check", hardware=str(profile))
 
-    again = checks.reprice(args)
+    again = timeline_ops.reprice(RESULTS / "timeline_check", str(profile))
 
     assert [r["layout"] for r in again] == [r["layout"] for r in stored["rows"]]
     for new, old in zip(again, stored["rows"], strict=True):

@@ -1,4 +1,5 @@
-"""``tspbench backtest``: published GPU runs predicted by the model, and the error.
+"""``tspbench check backtest`` (or ``tspbench backtest``): published GPU runs predicted by the
+model, and the error.
 
 Reads the published-measurements file (default results/published/published.yaml) and the
 fake-world records stored beside it, predicts every entry the project can express with each
@@ -23,10 +24,15 @@ WHAT = {
     "calibrated": "calibrated profile",
     "timeline": "timeline (assumed profile)",
 }
+HELP = "predict published GPU runs and report the model's error"
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("backtest", help="predict published GPU runs and report the model's error")
+    """``tspbench backtest``: the same command as ``tspbench check backtest``."""
+    add_arguments(sub.add_parser("backtest", help=HELP + " (= tspbench check backtest)"))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--file", type=Path, default=DEFAULT_FILE, help=f"published measurements (default {DEFAULT_FILE})"
     )
@@ -43,9 +49,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
-    from tspbench.analytic.backtest import backtest_rows, fit_profiles, summarize
     from tspbench.analytic.hardware import load_hardware
-    from tspbench.analytic.published import load_published
+    from tspbench.checks.backtest import backtest_rows, fit_profiles, summarize
+    from tspbench.checks.published import load_published
 
     published = load_published(args.file)
     results = args.file.parent
@@ -58,7 +64,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         return 0
     out = output_path(args.out or results, "--out", folder=True)
     if args.execute or args.rerun:
-        from tspbench.sweep.published import execute_published
+        from tspbench.checks.published_fake import execute_published
 
         execute_published(published, results, args.rerun, say=print)
     rows = backtest_rows(published, results)

@@ -29,7 +29,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tspbench.cli import analytic, backtest, decode, measure, replay, report, sweep
+    from tspbench.cli import analytic, backtest, check, decode, measure, replay, report, sweep
 
     parser = OneLineParser(
         prog="tspbench",
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_commands(sub)  # report
     backtest.add_commands(sub)  # backtest
     replay.add_commands(sub)  # replay
+    check.add_commands(sub)  # check NAME: the models' checks (backtest among them)
     return parser
 
 

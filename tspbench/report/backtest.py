@@ -1,6 +1,6 @@
 """The backtest's table (CSV and Markdown) and figure: predicted vs published tokens/s/GPU.
 
-Takes the rows tspbench.analytic.backtest makes (plain dicts, so the report needs no torch) and
+Takes the rows tspbench.checks.backtest makes (plain dicts, so the report needs no torch) and
 the error summary as dicts (kind, sample, ids, errors). The figure says its source in its
 title: predicted by the model vs published; a filled marker is the calibrated profile's
 prediction, a hollow one the assumed profile's, and calibration entries are named as such.

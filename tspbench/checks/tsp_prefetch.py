@@ -6,13 +6,12 @@ commands in that folder's README.md), replayed on their record's profile. Writes
 second layer's forward on rank 0, as the report draws it, one panel each) and summary.json
 (step time, exposed broadcast time, hidden fractions) beside them.
 
-    python benchmarks/tsp_prefetch.py [results/timeline_check/tsp_prefetch]
+    tspbench check tsp-prefetch [results/timeline_check/tsp_prefetch]
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +27,8 @@ FIELDS = (
 )
 
 
-def main(folder: Path) -> None:
+def tsp_prefetch(folder: Path) -> dict[str, dict]:
+    """gantt.png and summary.json from ``folder``'s two traced points; returns the summary."""
     panels, summary = [], {}
     for side in ("before", "after"):
         record = json.loads((folder / side / "result.json").read_text())
@@ -44,8 +44,4 @@ def main(folder: Path) -> None:
     )
     fig.savefig(folder / "gantt.png", dpi=120)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/timeline_check/tsp_prefetch"))
+    return summary

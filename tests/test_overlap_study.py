@@ -1,12 +1,12 @@
-"""The TSP overlap study (benchmarks/overlap_study.py) runs end to end: one round at world
-size 2, so it cannot rot. The study itself interleaves its variants over many rounds:
-``python benchmarks/overlap_study.py`` (``make bench`` runs it)."""
+"""The TSP overlap study (tspbench.checks.overlap) runs end to end: one round at world size 2,
+so it cannot rot. The study itself interleaves its variants over many rounds:
+``tspbench check overlap`` (``make bench`` runs it)."""
 
 from __future__ import annotations
 
 import math
 
-from overlap_study import VARIANTS, study
+from tspbench.checks.overlap import VARIANTS, study
 
 
 def test_overlap_study_runs_every_variant() -> None:

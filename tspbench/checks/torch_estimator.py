@@ -8,16 +8,12 @@ estimate per op kind is held against the timeline's kernel seconds (tspbench.ana
 .kind_seconds) on the same profile's peaks (H100 SXM datasheet: 989.4 dense bf16 TFLOP/s,
 3,350 GB/s). torch's estimator asks a real GPU for those peaks; here they are given to it.
 
-    python benchmarks/timeline_vs_torch.py [--hardware h100] [--seq-len 8192]
+    tspbench check torch-estimator [--hardware h100] [--seq-len 8192]
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
-import os
-import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -106,26 +102,11 @@ def same_formula(rt, func, args, kwargs) -> tuple[object, float]:
     return out, max(rt.get_transfer_time(flat_in, flat_out), rt.flops_to_ns(flops, dtype)) / 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hardware", default="h100")
-    parser.add_argument("--seq-len", type=int, default=8192)
-    parser.add_argument("--out", type=Path, default=Path("results/timeline_check"))
-    args = parser.parse_args()
-    # a fake-world worker: the shim that lets autograd take fake CUDA tensors, and this file
-    # importable there (by its path: the worker cannot see the __main__ that runs here)
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {
-        **fake_cuda.preload_env("cuda"),
-        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-    }
-    sys.path.insert(0, root)
-    here = importlib.import_module("benchmarks.timeline_vs_torch")
-    result = run_fake_ranks(here.estimate, [0], 1, args.seq_len, args.hardware, workers=1, env=env)[0]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "torch_estimator.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+def torch_estimator(out: Path, hardware: str = "h100", seq_len: int = 8192) -> dict[str, object]:
+    """``estimate`` in a fake-world worker (the shim that lets autograd take fake CUDA tensors is
+    preloaded there), written to ``out``/torch_estimator.json and returned."""
+    env = fake_cuda.preload_env("cuda")
+    result = run_fake_ranks(estimate, [0], 1, seq_len, hardware, workers=1, env=env)[0]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "torch_estimator.json").write_text(json.dumps(result, indent=2))
+    return result

@@ -10,27 +10,27 @@ comparison), each timed on the slowest rank. A perfect overlap runs in max(compu
 in compute + comm; the fraction hidden is (compute + comm - overlap) / comm, beside what the
 time model assumes (the profile's ``overlap_efficiency``).
 
-    python benchmarks/overlap_study.py [--rounds 15] [--worlds 2 4] [--hardware cpu] [--json]
+    tspbench check overlap [--rounds 15] [--worlds 2 4] [--hardware cpu] [--json] [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
-from tspbench.strategies.tsp_ring import Ring, RingMLP
 
 from tspbench.analytic.hardware import load_hardware
 from tspbench.dist import comm
 from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
 from tspbench.model.layers import rope_tables
+from tspbench.strategies.tsp_attention import AttentionSpec, TSPAttention
+from tspbench.strategies.tsp_ring import Ring, RingMLP
 
 # (hidden, ffn width or heads, local tokens): a few MB of weights per step against GEMMs of
 # similar duration on one CPU core, so that overlap can show.
@@ -117,25 +117,14 @@ def study(worlds: tuple[int, ...], rounds: int, seed: int = 0) -> list[dict[str,
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--hardware", default="cpu", help="profile whose overlap_efficiency to compare")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    rows = study(tuple(args.worlds), args.rounds)
-    assumed = load_hardware(args.hardware).overlap_efficiency
-    if args.json:
-        print(json.dumps({"assumed_overlap_efficiency": assumed, "rows": rows}, indent=1))
-        return 0
-    print(f"model assumes {assumed:.0%} of overlapped traffic hidden ({args.hardware} profile); medians, ms")
-    print(f"{'layer':<6}{'world':>6}{'overlap':>10}{'blocking':>10}{'compute':>10}{'comm':>10}{'hidden':>9}")
-    for r in rows:
-        print(f"{r['kind']:<6}{r['world']:>6}{r['overlap_ms']:>10.1f}{r['blocking_ms']:>10.1f}"
-              f"{r['compute_ms']:>10.1f}{r['comm_ms']:>10.1f}{r['hidden_fraction']:>9.0%}")  # fmt: skip
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def overlap(
+    worlds: tuple[int, ...], rounds: int, hardware: str = "cpu", out: Path | None = None
+) -> dict[str, object]:
+    """The study's rows beside what ``hardware``'s profile assumes; written to ``out`` (JSON)
+    when given (the study stores nothing by default: its numbers are this host's of the day)."""
+    result = {"assumed_overlap_efficiency": load_hardware(hardware).overlap_efficiency,
+              "rows": study(worlds, rounds)}  # fmt: skip
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    return result

@@ -1,4 +1,4 @@
-"""The backtest: every published run of the test set (tspbench.analytic.published) predicted with
+"""The backtest: every published run of the test set (tspbench.checks.published) predicted with
 the shipped profiles, and how far off the project is.
 
 For each entry and each profile of its hardware:
@@ -15,7 +15,7 @@ Two profiles predict each hardware (the file's ``profiles``): ``assumed``, the s
 assumptions with nothing fitted, so every entry is out of sample for it; and ``calibrated``
 (``calibrated_compile`` under torch.compile), whose fitted numbers come from the entries marked
 ``calibration`` and are scored on the ``test`` entries. ``fit_passes`` is the fit, so the
-numbers in those profiles can be re-derived (``tspbench backtest --fit``).
+numbers in those profiles can be re-derived (``tspbench check backtest --fit``).
 
 Time comes from one function, ``predict_point``: swap the time model there and every column
 follows.
@@ -31,11 +31,11 @@ from typing import Any, TypeVar
 
 from tspbench.analytic.hardware import Hardware, load_hardware
 from tspbench.analytic.predict import Prediction, predict
-from tspbench.analytic.published import Entry, Published, fake_record_path, read_fake_record
-from tspbench.analytic.timeline import timeline
+from tspbench.checks.published import Entry, Published, fake_record_path, read_fake_record
 from tspbench.core.errors import DamagedFileError, ExperimentError
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.trace import load_traces
+from tspbench.measure.replayed import reprice
 
 T = TypeVar("T")
 
@@ -188,7 +188,7 @@ def _timeline_columns(
     if stored is None:
         return {f"{kind}_timeline_tokens_per_s_per_gpu": None, f"{kind}_timeline_error": None}
     traces, _ = stored
-    step = timeline(traces, _hardware(name, cache), layout.world_size).step_s
+    step = reprice({"world_size": layout.world_size}, traces, _hardware(name, cache)).step_s
     tps = tokens_per_gpu_per_step(layout, workload) / step
     return {
         f"{kind}_timeline_step_s": step,

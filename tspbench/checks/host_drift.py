@@ -6,12 +6,11 @@ measured (before ``calibrate`` ran again and they were re-priced), each model's 
 error on the profile calibrated before the run. Writes results/timeline_check/host_drift.json,
 which docs/time-model.md quotes.
 
-    python -m tools.host_drift --previous 03feae9 --strategies dp tp --as-measured /tmp/measured
+    tspbench check host-drift --previous 03feae9 --strategies dp tp --as-measured /tmp/measured
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -20,7 +19,6 @@ from pathlib import Path
 from tspbench.sweep.store import load
 
 STUDY = Path("results/cpu_reference")
-OUT = Path("results/timeline_check/host_drift.json")
 
 
 def records_at(rev: str) -> dict[str, dict]:
@@ -46,14 +44,11 @@ def median_error(records: dict[str, dict], field: str, signed: bool = False) -> 
     return round(statistics.median(errors if signed else map(abs, errors)), 3)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--previous", required=True, help="git revision of the previous measurement")
-    parser.add_argument("--strategies", nargs="+", required=True, help="strategies whose code did not change")
-    parser.add_argument("--as-measured", type=Path, required=True, help="records before re-pricing")
-    args = parser.parse_args(argv)
-    before, now = records_at(args.previous), records_in(STUDY)
-    same = sorted(k for k in now if k in before and now[k]["strategy"] in args.strategies)
+def host_drift(previous: str, strategies: list[str], as_measured: Path, out: Path) -> dict:
+    """Written to ``out`` (JSON) and returned: cpu_reference's ``strategies`` points now against
+    git revision ``previous``, and the records ``as_measured`` priced on the profile before."""
+    before, now = records_at(previous), records_in(STUDY)
+    same = sorted(k for k in now if k in before and now[k]["strategy"] in strategies)
     by_point = [
         {
             "run_id": k,
@@ -67,13 +62,13 @@ def main(argv: list[str] | None = None) -> None:
         for k in same
     ]
     ratios = [p["step_time_s"] / p["previous_step_time_s"] for p in by_point]
-    measured = records_in(args.as_measured)
-    names = ", ".join(s.upper() for s in args.strategies)
+    measured = records_in(as_measured)
+    names = ", ".join(s.upper() for s in strategies)
     result = {
         "what": f"measured step times of results/cpu_reference's {names} points (code unchanged between the "
-        f"two runs) in this run against the previous run stored at commit {args.previous}",
+        f"two runs) in this run against the previous run stored at commit {previous}",
         "points": len(ratios),
-        "strategies": args.strategies,
+        "strategies": strategies,
         "median_ratio": statistics.median(ratios),
         "min_ratio": min(ratios),
         "max_ratio": max(ratios),
@@ -88,9 +83,5 @@ def main(argv: list[str] | None = None) -> None:
         },
         "by_point": by_point,
     }
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{OUT}: {len(ratios)} points, median ratio {result['median_ratio']:.3f}")
-
-
-if __name__ == "__main__":
-    main()
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result

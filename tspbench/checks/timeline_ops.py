@@ -19,26 +19,27 @@ settings of the committed ``cpu`` profile) and prices the replay with that: this
 drifts by a third from day to day, and the profile a check is priced on should be measured with
 the host in the state the check finds it, as the step-level studies' is.
 
-    python benchmarks/timeline_checks.py [--hardware cpu] [--seq-len 2048] [--repeats 3] [--runs 2]
-                                         [--calibrate results/timeline_check/cpu_same_run.yaml]
-    python benchmarks/timeline_checks.py --reprice [--hardware cpu]
+    tspbench check timeline-ops [--hardware cpu] [--seq-len 2048] [--repeats 3] [--runs 2]
+                                [--calibrate results/timeline_check/cpu_same_run.yaml]
+    tspbench check timeline-ops --reprice [--hardware cpu]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tspbench.analytic.hardware import Hardware, load_hardware
-from tspbench.analytic.timeline import Costs, Timeline, kind_seconds, timeline
+from tspbench.analytic.timeline import Costs, Timeline, kind_seconds
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
 from tspbench.measure import opcosts, schedstat
+from tspbench.measure.replayed import reprice as replay
 from tspbench.report.tables import oncore_table, oncore_worst, schedule_table
 
 LAYOUTS = [
@@ -91,7 +92,7 @@ def check(layout: Layout, runs: list[list[dict]], hw: Hardware) -> dict[str, obj
 def replayed(row: dict, traces: list[RankTrace], hw: Hardware) -> dict:
     """``row`` with the replay of ``traces`` on ``hw``: kernel seconds by kind against the
     profiled ones, and the replayed schedule beside the measured one."""
-    tl = timeline(traces, hw, row["world_size"])
+    tl = replay(row, traces, hw)
     seconds = {k: sum(tl.kind_s[r].get(k, 0.0) for r in tl.kind_s) for k in KINDS}
     profiled = row["profiled_s"]
     errors = {k: seconds[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
@@ -168,20 +169,28 @@ def table(rows: list[dict], hardware: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
-    """Trace and profile every layout in ``args.runs`` launches; keep the first launch's traces."""
-    workload = Workload(ModelConfig.preset("small"), 1, args.seq_len, "train", "none", "float32")
-    runs: dict[str, list[list[dict]]] = {layout.describe(): [] for layout in LAYOUTS}
-    for n in range(args.runs):  # every other run in reverse order: the host's drift spreads over layouts
+def measure(
+    out: Path,
+    hardware: str,
+    seq_len: int,
+    repeats: int,
+    runs: int,
+    say: Callable[[str], None] = lambda _: None,
+) -> list[dict]:
+    """Trace and profile every layout in ``runs`` launches; keep the first launch's traces.
+    ``say`` hears one line per launch."""
+    workload = Workload(ModelConfig.preset("small"), 1, seq_len, "train", "none", "float32")
+    measured: dict[str, list[list[dict]]] = {layout.describe(): [] for layout in LAYOUTS}
+    for n in range(runs):  # every other run in reverse order: the host's drift spreads over layouts
         for layout in LAYOUTS if n % 2 == 0 else LAYOUTS[::-1]:
-            ranks = launch(opcosts.profiled_rank, layout.world_size, layout, workload, args.repeats,
+            ranks = launch(opcosts.profiled_rank, layout.world_size, layout, workload, repeats,
                            timeout=1800)  # fmt: skip
-            runs[layout.describe()].append(ranks)
-            print(f"run {n + 1}/{args.runs}: {layout.describe()}", flush=True)
-    for name, launches in runs.items():
-        save_traces(trace_path(args.out, name), [r["trace"] for r in launches[0]], {"layout": name})
-    hw = load_hardware(args.hardware)
-    return [check(layout, runs[layout.describe()], hw) for layout in LAYOUTS]
+            measured[layout.describe()].append(ranks)
+            say(f"run {n + 1}/{runs}: {layout.describe()}")
+    for name, launches in measured.items():
+        save_traces(trace_path(out, name), [r["trace"] for r in launches[0]], {"layout": name})
+    hw = load_hardware(hardware)
+    return [check(layout, measured[layout.describe()], hw) for layout in LAYOUTS]
 
 
 def calibrate(out: Path, seq_len: int) -> None:
@@ -192,33 +201,18 @@ def calibrate(out: Path, seq_len: int) -> None:
     subprocess.run(command, check=True)
 
 
-def reprice(args: argparse.Namespace) -> list[dict]:
+def reprice(out: Path, hardware: str) -> list[dict]:
     """The stored rows replayed again from their stored traces (nothing measured)."""
-    stored = json.loads((args.out / "ops.json").read_text())["rows"]
-    traces = {row["layout"]: load_traces(trace_path(args.out, row["layout"]))[0] for row in stored}
-    hw = load_hardware(args.hardware)
+    stored = json.loads((out / "ops.json").read_text())["rows"]
+    traces = {row["layout"]: load_traces(trace_path(out, row["layout"]))[0] for row in stored}
+    hw = load_hardware(hardware)
     return [replayed(row, traces[row["layout"]], hw) for row in stored]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hardware", default="cpu")
-    parser.add_argument("--seq-len", type=int, default=2048)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=2, help="launches per layout (their spread is reported)")
-    parser.add_argument("--reprice", action="store_true", help="replay the stored traces; measure nothing")
-    parser.add_argument("--out", type=Path, default=Path("results/timeline_check"))
-    parser.add_argument("--calibrate", type=Path, help="calibrate a profile here first; price with it")
-    args = parser.parse_args()
-    if args.calibrate and not args.reprice:
-        calibrate(args.calibrate, args.seq_len)
-        args.hardware = str(args.calibrate)
-    rows = reprice(args) if args.reprice else measure(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ops.json").write_text(json.dumps({"hardware": args.hardware, "rows": rows}, indent=2))
-    (args.out / "ops.md").write_text(table(rows, args.hardware))
-    print(table(rows, args.hardware))
-
-
-if __name__ == "__main__":
-    main()
+def write(out: Path, hardware: str, rows: list[dict]) -> str:
+    """ops.json and ops.md into ``out``; returns the table (ops.md's text)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ops.json").write_text(json.dumps({"hardware": hardware, "rows": rows}, indent=2))
+    text = table(rows, hardware)
+    (out / "ops.md").write_text(text)
+    return text

@@ -5,12 +5,11 @@ CUDA) executed untraced and traced, interleaved; the trace's size on disk; then 
 the first model-parallel group traced and replayed on the MI300X and H100 profiles. Writes
 results/timeline_check/trace_cost.json.
 
-    python benchmarks/trace_cost.py [--rounds 2]
+    tspbench check trace-cost [--rounds 2]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -18,23 +17,21 @@ import time
 from pathlib import Path
 
 from tspbench.analytic.hardware import load_hardware
-from tspbench.analytic.timeline import timeline
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 from tspbench.measure.fake import fake_bench
+from tspbench.measure.replayed import reprice
 
 LAYOUT = Layout("tsp", tsp=8, dp=128)
 WORKLOAD = Workload(ModelConfig.preset("7b"), 1, 131072, "train", "full", "bfloat16", "cuda")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("results/timeline_check/trace_cost.json"))
-    args = parser.parse_args()
+def trace_cost(out: Path, rounds: int = 2) -> dict:
+    """The rank executed untraced and traced ``rounds`` times each, the group traced and replayed;
+    written to ``out`` (JSON) and returned."""
     tmp = Path(tempfile.mkdtemp())
     seconds: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for traced in (False, True):
             record = fake_bench(
                 LAYOUT, WORKLOAD, ranks=[0], trace=traced, trace_path=tmp / "rank0.npz" if traced else None
@@ -45,7 +42,7 @@ def main() -> None:
     replay = {}
     for name in ("mi300x", "h100"):
         start = time.perf_counter()
-        timeline(traces, load_hardware(name), LAYOUT.world_size)
+        reprice(group, traces, load_hardware(name))
         replay[name] = time.perf_counter() - start
     result = {
         "point": f"{LAYOUT.describe()}, 7b, 131072 tokens, train, full recompute, bf16, simulated cuda",
@@ -59,10 +56,6 @@ def main() -> None:
         "group_fake_seconds": group["fake_seconds"],
         "replay_seconds": replay,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    return result

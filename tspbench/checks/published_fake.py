@@ -1,8 +1,8 @@
 """The published entries' steps executed in the fake world, once, and stored for the backtest.
 
 An 8B step at 8K tokens takes seconds to a minute or more per rank under fake tensors, so
-``tspbench backtest`` reads stored records (``results/published/fake/<point id>.json``) and
-only ``tspbench backtest --execute`` runs them: rank 0 of each point (FSDP and TP ranks of a
+``tspbench check backtest`` reads stored records (``results/published/fake/<point id>.json``) and
+only ``--execute`` runs them: rank 0 of each point (FSDP and TP ranks of a
 step peak alike; one rank keeps it quick), simulated CUDA, bf16. Entries that map to the same
 point (a run with and without torch.compile: the project executes no compiled program) share
 one record.
@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tspbench.analytic.published import Published, fake_record_path
+from tspbench.checks.published import Published, fake_record_path
 from tspbench.core.files import write_atomic
 from tspbench.measure.fake import fake_bench
 

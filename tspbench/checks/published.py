@@ -11,7 +11,7 @@ whose fused kernels no profile models, a field the source does not give) is kept
 in ``not_predicted``: listed, so the test set says what it leaves out, never predicted.
 
 ``role`` keeps the entries that set a profile's number (``calibration``) apart from those that
-score it (``test``); tspbench.analytic.backtest reports their errors separately.
+score it (``test``); tspbench.checks.backtest reports their errors separately.
 """
 
 from __future__ import annotations
