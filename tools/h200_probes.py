@@ -211,26 +211,15 @@ def copy_gbs() -> float:
 
 
 def one_query_layer_seconds() -> dict:
-    """Decode's one-query attention alone over one layer's cache of the decode point (B 4, 16K):
-    the model's (keys split, tspbench.model.attention.split_kv_attention) against SDPA's own
-    one-query kernel, and how far apart their outputs are."""
+    """Decode's one-query attention alone over one layer's cache of the decode point (B 4, 16K;
+    a prefix of a longer cache, as decode reads it), and the bandwidth that makes."""
     q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (
         torch.randn(4, 32, 16384 + 16, 128, device="cuda", dtype=torch.bfloat16)[:, :, :16384] for _ in "kv"
     )
-
-    def sdpa() -> torch.Tensor:
-        with attention.sdpa_kernel(attention.ONE_QUERY_BACKENDS):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-    diff = (attention.one_query_attention(q, k, v).float() - sdpa().float()).abs().max().item()
-    return {
-        "splits": attention.kv_splits(q, k, v),
-        "model_s": median_s(lambda: attention.one_query_attention(q, k, v), 20),
-        "sdpa_s": median_s(sdpa, 20),
-        "max_abs_diff": diff,
-        "cache_bytes": 2 * k.numel() * k.element_size(),
-    }
+    seconds = median_s(lambda: attention.one_query_attention(q, k, v), 20)
+    nbytes = 2 * k.numel() * k.element_size()
+    return {"model_s": seconds, "cache_bytes": nbytes, "gbs": nbytes / seconds / 1e9}
 
 
 def _decode_rank() -> dict:
@@ -283,7 +272,40 @@ def kernels_in(fn) -> dict:
     return {"kernels": len(names) - copies, "copies": copies}
 
 
+def _calibrate_part(part: str) -> dict:
+    """One of calibrate's GPU figures on the 7B cut to 4 layers at 8K tokens, timed; a stack
+    trace on stderr if it runs past 50 s (a hang in gpu-check's calibrate at 887f825 left no
+    record)."""
+    import faulthandler
+
+    from tspbench.measure import launches, opcosts, probes
+
+    faulthandler.dump_traceback_later(50, exit=False)
+    start = time.perf_counter()
+    if part == "elementwise":
+        rates = probes.elementwise_rank(SEVEN_B_4, 8192, 3, "cuda", "bfloat16")
+        result: dict = {k: r.value for k, r in rates.items()}
+    elif part == "timeline_costs":
+        result = opcosts.timeline_costs_rank(SEVEN_B_4, 8192, 3, "cuda", "bfloat16")
+    else:
+        result = launches.launch_costs(5)
+    faulthandler.cancel_dump_traceback_later()
+    return {"seconds": time.perf_counter() - start, "result": result}
+
+
+def calibrate_parts() -> dict:
+    out = {}
+    for part in ("launches", "elementwise", "timeline_costs"):
+        try:
+            out[part] = launch(_calibrate_part, 1, part, device="cuda", timeout=75)[0]
+        except Exception as exc:
+            out[part] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        print(part, json.dumps(out[part], default=str)[:400], flush=True)
+    return out
+
+
 PROBES = {
+    "calibrate_parts": calibrate_parts,
     "model_vs_transformers": model_vs_transformers,
     "launch_costs": launch_costs,
     "attention_kernels": attention_kernels,

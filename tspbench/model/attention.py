@@ -303,84 +303,16 @@ def merge_partials(o: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
 
 
 ONE_QUERY_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-BLOCKS_PER_SM = 4  # thread blocks per multiprocessor that keep a memory-bound kernel streaming
-SPLIT_MIN_KEYS = 1024  # a chunk shorter than this reads too little to pay for its merge
-SIMULATED_SMS = 132  # a simulated GPU's multiprocessors (H100 and H200 SXM)
 
 
 def one_query_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Decode: o [B, n, 1, d] of q [B, n, 1, d] against every cached position k, v [B, m, S, d]
-    (all precede it: no mask), never on cuDNN (errors and NaN with a single query token).
-
-    On CUDA in half precision the keys are split into chunks attended in parallel and merged by
-    log-sum-exp (``split_kv_attention``, flash-decoding): one FlashAttention-2 call over B m
-    query groups has too few thread blocks to stream the cache at the GPU's bandwidth. Elsewhere
-    SDPA's own kernel. On one H200, SDPA's one-query kernel took 0.38 ms over one layer of the
-    7B's 16K cache at batch 4, 2.8 TB/s of the 4.2 measured (results/h200/2026-12-04_959b60b).
-    """
-    splits = kv_splits(q, k, v)
-    if splits > 1:
-        _called("flash_split_kv")
-        return split_kv_attention(q, k, v, splits)
+    (all precede it: no mask), through SDPA but never cuDNN (errors and NaN with a single query
+    token). On one H200, over one layer of the 7B's 16K cache at batch 4, SDPA's kernel took
+    0.30 ms (3.6 TB/s, results/h200/2026-12-04_887f825); it beat the scores and weighted sum as
+    two batched matmuls (0.38 vs 0.54 ms, 2026-12-04_959b60b) and the keys split into five
+    chunks attended as heads of a strided view of the cache and merged by log-sum-exp (0.57 ms,
+    2026-12-04_887f825)."""
     _called("sdpa_one_query")
     with sdpa_kernel(ONE_QUERY_BACKENDS):
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
-
-
-def kv_splits(q: Tensor, k: Tensor, v: Tensor) -> int:
-    """How many chunks decode's keys are split into: enough for BLOCKS_PER_SM blocks on every
-    multiprocessor, none shorter than SPLIT_MIN_KEYS; 1 (no split) off CUDA, outside half
-    precision, or where the cache's batch and head dims cannot be viewed as one."""
-    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] > 256:
-        return 1
-    if any(t.stride(0) != t.shape[1] * t.stride(1) or t.stride(-1) != 1 for t in (k, v)):
-        return 1
-    cuda = torch.cuda.is_available()
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if cuda else SIMULATED_SMS
-    return split_count(k.shape[0] * k.shape[1], k.shape[2], sms)
-
-
-def split_count(groups: int, keys: int, sms: int) -> int:
-    """Chunks for ``groups`` (batch x key/value heads) one-query attentions over ``keys`` keys on
-    ``sms`` multiprocessors: ceil(BLOCKS_PER_SM sms / groups), at most keys // SPLIT_MIN_KEYS, at
-    least 1."""
-    return max(1, min(keys // SPLIT_MIN_KEYS, -(-BLOCKS_PER_SM * sms // groups)))
-
-
-def split_kv_attention(q: Tensor, k: Tensor, v: Tensor, splits: int) -> Tensor:
-    """``one_query_attention`` over ``splits`` equal chunks of the keys and the remainder, merged
-    by log-sum-exp (``merge_partials``): exact up to rounding.
-
-    The chunks are a view of the cache, never a copy: k, v [B, m, S, d] with batch stride m
-    times the head stride are read as [B m, splits, S // splits, d] (chunks in the head dim), and
-    each key/value head's g = n / m queries as g query rows [B m, splits, g, d]. The remainder
-    (S mod splits keys) is one more call over [B, m, r, d]."""
-    B, n, _, d = q.shape
-    m, sk = k.shape[1], k.shape[2]
-    g, size = n // m, sk // splits
-    queries = q.reshape(B * m, 1, g, d).expand(B * m, splits, g, d).contiguous()
-    o, lse = _partial_attention(queries, _chunk_view(k, splits, size), _chunk_view(v, splits, size))
-    o, lse = o.view(B, m, splits, g, d).movedim(2, 0), lse.view(B, m, splits, g).movedim(2, 0)
-    if splits * size < sk:
-        start = splits * size
-        rest = (t.narrow(2, start, sk - start) for t in (k, v))
-        o_rest, lse_rest = _partial_attention(q.reshape(B, m, g, d), *rest)
-        o, lse = torch.cat([o, o_rest.unsqueeze(0)]), torch.cat([lse, lse_rest.unsqueeze(0)])
-    out, _ = merge_partials(o, lse)
-    return out.to(q.dtype).reshape(B, n, 1, d)
-
-
-def _chunk_view(t: Tensor, splits: int, size: int) -> Tensor:
-    """[B, m, S, d] (batch stride = m head strides) as [B m, splits, size, d], sharing storage."""
-    B, m, _, d = t.shape
-    strides = (t.stride(1), size * t.stride(2), t.stride(2), 1)
-    return t.as_strided((B * m, splits, size, d), strides, t.storage_offset())
-
-
-def _partial_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Unmasked attention with equal head counts and its lse [B, H, Sq]: FlashAttention-2 on
-    CUDA, ``attention_with_lse`` elsewhere."""
-    if q.is_cuda:
-        o, lse = CUDA_FLASH_OPS["forward"](q, k, v, 0.0, False)[:2]
-        return o, lse
-    return attention_with_lse(q, k, v)
