@@ -6,8 +6,10 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
 
@@ -16,6 +18,9 @@ from tspbench.analytic.hardware import Hardware, available_hardware, load_hardwa
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.cli.args import (
+    MAX_GPUS,
+    RECOMPUTE_HELP,
+    STEPS_HELP,
     add_layout_args,
     gpu_count,
     layout_and_workload,
@@ -29,9 +34,9 @@ from tspbench.core.files import check_suffix, write_atomic
 from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.records import point_record
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
+from tspbench.core.units import format_bytes
 from tspbench.measure.calibrate import calibrate, default_model
 
-GIB = 2**30
 PROFILE_SUFFIXES = (".yaml", ".yml")  # what --hardware takes as a path
 CALIBRATE_MIN_SEQ_LEN = 16  # the smallest attention call calibrate times (its zigzag chunk floor)
 
@@ -42,16 +47,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_model_args(p, with_batch=False)
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("plan", help="rank every layout of a cluster by predicted throughput")
-    p.add_argument("--model", default="7b", choices=sorted(PRESETS))
-    p.add_argument("--gpus", type=gpu_count, required=True)
-    p.add_argument("--gpus-per-node", type=positive_int, help="override the hardware profile's")
-    p.add_argument("--seq-len", type=positive_int, required=True)
-    p.add_argument("--batch", type=positive_int, default=1)
-    p.add_argument(
-        "--allow-cross-node", action="store_true", help="keep model-parallel groups that span nodes"
+    p = sub.add_parser(
+        "plan",
+        help="rank every layout of a cluster by predicted throughput",
+        description="Price every layout of exactly --gpus GPUs with the analytic model and rank those "
+        "that fit by tokens/s per GPU; list every one that cannot run, grouped by why.",
     )
-    p.add_argument("--top", type=positive_int, default=15, help="rows of the ranking to print")
+    add_cluster_args(
+        p,
+        "tokens per sequence, the whole training or prefill sequence",
+        "sequences per micro-batch of each model replica",
+    )
     add_model_args(p, with_batch=False)
     p.set_defaults(func=cmd_plan)
 
@@ -74,26 +80,70 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--name", help="the profile's name (default: the device's)")
     p.add_argument("--out", type=Path, help="write the profile here (.yaml: what --hardware PATH reads)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.set_defaults(func=cmd_calibrate)
+
+
+def add_cluster_args(p: argparse.ArgumentParser, seq_len_help: str, batch_help: str) -> None:
+    """The flags plan and plan-decode share: the model, the cluster, the batch, how much to print."""
+    p.add_argument("--model", default="7b", choices=sorted(PRESETS), help="model preset (default 7b)")
+    p.add_argument(
+        "--gpus",
+        type=gpu_count,
+        required=True,
+        help=f"GPUs in the cluster; every layout of exactly this many is priced (1 to {MAX_GPUS:,})",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=positive_int,
+        help="GPUs per node (default: the hardware profile's); a model-parallel group stays in one node",
+    )
+    p.add_argument(
+        "--seq-len", type=positive_int, required=True, help=f"{seq_len_help} (at most the model's)"
+    )
+    p.add_argument("--batch", type=positive_int, default=1, help=f"{batch_help} (default 1)")
+    p.add_argument(
+        "--allow-cross-node", action="store_true", help="keep model-parallel groups that span nodes"
+    )
+    p.add_argument(
+        "--top",
+        type=positive_int,
+        default=15,
+        help="rows of the ranking to print (default 15); every rejected layout is listed",
+    )
 
 
 def add_model_args(p: argparse.ArgumentParser, with_batch: bool) -> None:
     if with_batch:
-        p.add_argument("--batch", type=positive_int, default=1)
-    p.add_argument("--mode", choices=MODES, default="train")
+        p.add_argument(
+            "--batch", type=positive_int, default=1, help="sequences per micro-batch of each model replica"
+        )
+    decodes = any(a.dest == "decode_tokens" for a in p._actions)  # predict; plan leaves it to plan-decode
+    steps = STEPS_HELP if decodes else STEPS_HELP.split(", decode")[0] + ", decode (plan-decode ranks it)"
+    p.add_argument("--mode", choices=MODES, default="train", help=f"the step: {steps} (default train)")
     if not any(a.dest == "recompute" for a in p._actions):
-        p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
+        p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none", help=RECOMPUTE_HELP)
+    add_dtype_and_hardware(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def add_dtype_and_hardware(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default="bfloat16",
+        help="dtype of parameters, activations and messages (default bfloat16)",
+    )
     p.add_argument(
         "--hardware",
         default="mi300x",
-        help=f"profile name ({', '.join(available_hardware())}) or a .yaml path",
+        help=f"the GPU and network priced: a profile name ({', '.join(available_hardware())}) or a "
+        ".yaml path (default mi300x)",
     )
-    p.add_argument("--json", action="store_true")
 
 
-def _hardware(args: argparse.Namespace) -> Hardware:
+def hardware_of(args: argparse.Namespace) -> Hardware:
+    """--hardware's profile, with --gpus-per-node in place of its own when given."""
     hw = load_hardware(args.hardware)
     return replace(hw, gpus_per_node=args.gpus_per_node) if getattr(args, "gpus_per_node", None) else hw
 
@@ -102,8 +152,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
     within_model("--seq-len", workload.seq_len, workload.model)  # decode adds its tokens: Workload checks
     if workload.mode == "decode":
-        return predict_decode_point(layout, workload, _hardware(args), args.json)
-    prediction = predict(layout, replace(workload, device="cuda"), _hardware(args))
+        return predict_decode_point(layout, workload, hardware_of(args), args.json)
+    prediction = predict(layout, replace(workload, device="cuda"), hardware_of(args))
     if args.json:
         print(json.dumps(prediction.to_json(), indent=2))
     else:
@@ -138,18 +188,14 @@ def print_decode_prediction(p: DecodePrediction, w: Workload) -> None:
     )
     fit = "fits" if p.fits else "DOES NOT FIT"
     print(
-        f"memory per GPU: peak {_gib(p.peak_bytes).strip()} (KV cache {_gib(p.kv_cache_bytes).strip()}) "
-        f"of {hw.usable_bytes / GIB:.1f} GiB usable -> {fit}"
+        f"memory per GPU: peak {format_bytes(p.peak_bytes)} (KV cache {format_bytes(p.kv_cache_bytes)}) "
+        f"of {format_bytes(hw.usable_bytes)} usable -> {fit}"
     )
     comm = p.comm_bytes_per_step()
-    cells = ", ".join(f"{op} {b / 2**20:.3f} MiB" for op, b in sorted(comm.items())) or "none"
+    cells = ", ".join(f"{op} {format_bytes(b)}" for op, b in sorted(comm.items())) or "none"
     print(f"communication per GPU per decode step (bus bytes): {cells}")
     if p.break_even:
         print(f"weight traffic hidden behind the GEMMs from batch {p.break_even['batch']:,} per replica")
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:8.2f} GiB"
 
 
 def print_prediction(p: Prediction) -> None:
@@ -161,14 +207,14 @@ def print_prediction(p: Prediction) -> None:
     )
     fit = "fits" if p.fits else "DOES NOT FIT"
     print(
-        f"memory per GPU: peak {_gib(p.memory.peak_bytes)} at '{p.memory.moment}' "
-        f"of {hw.usable_bytes / GIB:.1f} GiB usable -> {fit}"
+        f"memory per GPU: peak {format_bytes(p.memory.peak_bytes)} at '{p.memory.moment}' "
+        f"of {format_bytes(hw.usable_bytes)} usable -> {fit}"
     )
     for cat, nbytes in p.memory.by_category.items():
-        print(f"  {cat:<12} {_gib(nbytes)}")
-    print(f"communication per GPU per step: {_gib(p.comm_bytes_per_step)} (bus bytes)")
+        print(f"  {cat:<12} {format_bytes(nbytes):>10}")
+    print(f"communication per GPU per step: {format_bytes(p.comm_bytes_per_step)} (bus bytes)")
     for op, phases in sorted(p.comm_by().items()):
-        cells = "  ".join(f"{ph} {_gib(b).strip()}" for ph, b in phases.items())
+        cells = "  ".join(f"{ph} {format_bytes(b)}" for ph, b in phases.items())
         print(f"  {op:<15} {cells}")
     print(
         f"FLOPs per step: model {p.model_flops:.3e} (causal attention halved); per GPU hardware "
@@ -184,6 +230,23 @@ def print_prediction(p: Prediction) -> None:
     print(f"throughput: {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {p.mfu:.1%}")
 
 
+class Rejected(Protocol):
+    """A layout a planner could not rank (tspbench.analytic.planner's candidates)."""
+
+    layout: Layout
+    reason: str | None
+
+
+def ranked_json(
+    ranked: Sequence[Any], record: Callable[[Any], dict], rejected: Sequence[Rejected]
+) -> dict[str, list[dict]]:
+    """A plan's ranking (each row its layout and ``record`` of its prediction) and its rejections."""
+    return {
+        "ranked": [{"layout": c.layout.to_dict(), **record(c.prediction)} for c in ranked],
+        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in rejected],
+    }
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.mode == "decode":
         raise UsageError(
@@ -195,7 +258,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
     model = ModelConfig.preset(args.model)
     within_model("--seq-len", args.seq_len, model)
-    hw = _hardware(args)
+    hw = hardware_of(args)
     workload = Workload(
         model,
         args.batch,
@@ -206,25 +269,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "cuda",
     )
     result = plan(workload, args.gpus, hw, args.allow_cross_node)
-    if args.json:
-        print(json.dumps(plan_json(result), indent=2))
+    what = f"seq {args.seq_len}, batch {args.batch}, {args.mode}, recompute {args.recompute}"
+    if print_json_or_heading(args, hw, plan_json(result), what):
         return 0
-    print(
-        f"{args.model}, {args.gpus} GPUs ({hw.gpus_per_node} per node, {hw.name}), seq {args.seq_len}, "
-        f"batch {args.batch}, {args.mode}, recompute {args.recompute}"
-    )
-    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak GiB':>9} {'step s':>8}")
+    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak/GPU':>10} {'step s':>8}")
     for i, c in enumerate(result.ranked[: args.top], 1):
         p = c.prediction
         print(
             f"{i:>4}  {c.layout.describe():<28} {p.tokens_per_s_per_gpu:>13,.0f} {p.mfu:>6.1%} "
-            f"{p.memory.peak_bytes / GIB:>9.1f} {p.step_time_s:>8.3f}"
+            f"{format_bytes(p.memory.peak_bytes):>10} {p.step_time_s:>8.3f}"
         )
-    if not result.ranked:
-        print("  no layout fits")
-    print(f"rejected: {len(result.rejected)}")
-    for c in result.rejected[: args.top]:
-        print(f"  {c.layout.describe():<28} {c.reason}")
+    print_left_out(len(result.ranked), args.top)
+    print_rejected(result.rejected, 28)
     print("crossover (tokens per micro-batch above which TSP moves fewer bytes than TP at the same degree):")
     for d, tokens in result.crossover_tokens.items():
         print(f"  D={d}: {tokens:,.0f} tokens" if math.isfinite(tokens) else f"  D={d}: never")
@@ -235,10 +291,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_json_or_heading(args: argparse.Namespace, hw: Hardware, plan: dict, what: str) -> bool:
+    """A plan with --json: all of it as one JSON object, and True (nothing more to print);
+    otherwise the heading of its text, '7b, 64 GPUs (8 per node, mi300x), ' and ``what``."""
+    if args.json:
+        print(json.dumps(plan, indent=2))
+        return True
+    print(f"{args.model}, {args.gpus} GPUs ({hw.gpus_per_node} per node, {hw.name}), {what}")
+    return False
+
+
+def print_left_out(ranked: int, top: int) -> None:
+    """Below a ranking of ``ranked`` layouts cut at ``top`` rows: that none fits, or how many it cut."""
+    if not ranked:
+        print("  no layout fits")
+    elif ranked > top:
+        print(f"  ... {ranked - top} more that fit (--top {ranked} lists them)")
+
+
+def print_rejected(rejected: Sequence[Rejected], width: int) -> None:
+    """Every rejected layout, grouped by the kind of reason ('out of memory', 'crosses nodes',
+    'indivisible'), one line each with the rest of its reason."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for c in rejected:
+        kind, _, detail = (c.reason or "").partition(": ")
+        groups.setdefault(kind, []).append((c.layout.describe(), detail))
+    print(f"rejected: {len(rejected)}" + (", by reason:" if groups else ""))
+    for kind, rows in groups.items():
+        hint = "; --allow-cross-node ranks them" if kind == "crosses nodes" else ""
+        print(f"  {kind} ({len(rows)}{hint}):")
+        for layout, detail in rows:
+            print(f"    {layout:<{width}} {detail}")
+
+
 def plan_json(result: PlanResult) -> dict[str, object]:
     return {
-        "ranked": [{"layout": c.layout.to_dict(), **c.prediction.to_json()} for c in result.ranked],
-        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in result.rejected],
+        **ranked_json(result.ranked, lambda p: p.to_json(), result.rejected),
         "crossover_tokens": {str(d): t for d, t in result.crossover_tokens.items()},
         "frontier": {k: {str(d): s for d, s in v.items()} for k, v in result.frontier.items()},
     }

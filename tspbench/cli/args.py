@@ -92,15 +92,25 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+STEPS_HELP = (
+    "train (forward, backward, optimizer), infer (one forward over the sequence, a prefill), decode "
+    "(prefill, then --decode-tokens greedy steps)"
+)
+RECOMPUTE_HELP = (
+    "activations recomputed in backward, train only: none (every one kept; default), selective "
+    "(the attention core), full (each block again from its input)"
+)
+
+
 def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> None:
     p.add_argument("--strategy", required=True, help=f"one of: {', '.join(available())}")
     for axis in AXES:
         p.add_argument(f"--{axis}", type=positive_int, default=1, help=f"{axis} degree (default 1)")
     p.add_argument("--model", default=model_default, choices=sorted(PRESETS), help="model preset")
     p.add_argument("--vocab-size", type=positive_int, help="override the preset's vocabulary size")
-    p.add_argument("--seq-len", type=positive_int, default=512)
+    p.add_argument("--seq-len", type=positive_int, default=512, help="tokens per sequence (default 512)")
     p.add_argument("--batch", type=positive_int, default=1, help="micro-batch per model replica")
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none")
+    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none", help=RECOMPUTE_HELP)
     p.add_argument("--megatron-sp", action="store_true", help="tp, tp_sp: Megatron sequence parallelism")
     p.add_argument("--no-overlap", action="store_true", help="tsp: blocking communication (same math)")
     p.add_argument(
@@ -108,7 +118,7 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
         type=positive_int,
         help="--mode decode: greedy steps after the prefill of --seq-len context tokens (>= 1)",
     )
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="seed of the weights and the batch (default 0)")
 
 
 def check_modes(args: argparse.Namespace, modes: tuple[str, ...]) -> None:

@@ -3,73 +3,71 @@
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import replace
 
-from tspbench.analytic.hardware import available_hardware, load_hardware
 from tspbench.analytic.planner import DecodePlan, plan_decode
-from tspbench.cli.args import gpu_count, positive_int, within_model
-from tspbench.core.names import DTYPES
-from tspbench.core.spec import PRESETS, ModelConfig
-
-GIB = 2**30
+from tspbench.cli.analytic import (
+    add_cluster_args,
+    add_dtype_and_hardware,
+    hardware_of,
+    print_json_or_heading,
+    print_left_out,
+    print_rejected,
+    ranked_json,
+)
+from tspbench.cli.args import positive_int, within_model
+from tspbench.core.spec import ModelConfig
+from tspbench.core.units import format_bytes
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "plan-decode", help="rank every layout of a cluster by predicted time per output token (decode)"
+        "plan-decode",
+        help="rank every layout of a cluster by predicted time per output token (decode)",
+        description="Price every layout of exactly --gpus GPUs decoding with the analytic decode model "
+        "and rank those that fit by time per output token; list every one that cannot run, grouped by why.",
     )
-    p.add_argument("--model", default="7b", choices=sorted(PRESETS))
-    p.add_argument("--gpus", type=gpu_count, required=True)
-    p.add_argument("--gpus-per-node", type=positive_int, help="override the hardware profile's")
-    p.add_argument("--seq-len", type=positive_int, required=True, help="context tokens in the cache")
-    p.add_argument("--batch", type=positive_int, default=1, help="sequences per model replica")
-    p.add_argument("--decode-tokens", type=positive_int, default=128, help="tokens generated per sequence")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
-    p.add_argument(
-        "--hardware",
-        default="mi300x",
-        help=f"profile name ({', '.join(available_hardware())}) or a .yaml path",
+    add_cluster_args(
+        p,
+        "context tokens in the cache before the first generated token",
+        "sequences decoded together by each model replica",
     )
     p.add_argument(
-        "--allow-cross-node", action="store_true", help="keep model-parallel groups that span nodes"
+        "--decode-tokens", type=positive_int, default=128, help="tokens generated per sequence (default 128)"
     )
-    p.add_argument("--top", type=positive_int, default=15, help="rows of the ranking to print")
-    p.add_argument("--json", action="store_true")
+    add_dtype_and_hardware(p)
+    p.add_argument(
+        "--json", action="store_true", help="print the ranking and the rejections as one JSON object"
+    )
     p.set_defaults(func=cmd_plan_decode)
 
 
 def cmd_plan_decode(args: argparse.Namespace) -> int:
-    hw = load_hardware(args.hardware)
-    if args.gpus_per_node:
-        hw = replace(hw, gpus_per_node=args.gpus_per_node)
+    hw = hardware_of(args)
     model = ModelConfig.preset(args.model)
     total = f"--seq-len {args.seq_len} + --decode-tokens {args.decode_tokens}"
     within_model("--decode-tokens", args.seq_len + args.decode_tokens, model, total)
     result = plan_decode(
         model, args.gpus, hw, args.batch, args.seq_len, args.decode_tokens, args.dtype, args.allow_cross_node
     )
-    if args.json:
-        print(json.dumps(plan_decode_json(result), indent=2))
+    what = (
+        f"context {args.seq_len}, batch {args.batch} per replica, {args.decode_tokens} tokens, "
+        f"{args.dtype}, projected (model)"
+    )
+    if print_json_or_heading(args, hw, plan_decode_json(result), what):
         return 0
     print(
-        f"{args.model}, {args.gpus} GPUs ({hw.gpus_per_node} per node, {hw.name}), context {args.seq_len}, "
-        f"batch {args.batch} per replica, {args.decode_tokens} tokens, {args.dtype}, projected (model)"
-    )
-    print(
         f"{'rank':>4}  {'layout':<24} {'TPOT ms':>8} {'p99 ms':>8} {'TTFT s':>7} {'tokens/s':>10} "
-        f"{'peak GiB':>9} {'KV GiB':>7} {'comm MiB/step':>13}"
+        f"{'peak/GPU':>10} {'KV cache':>10} {'comm/step':>10}"
     )
     for i, c in enumerate(result.ranked[: args.top], 1):
         p = c.prediction
-        comm = sum(p.comm_bytes_per_step().values()) / 2**20
+        comm = sum(p.comm_bytes_per_step().values())
         print(
             f"{i:>4}  {c.layout.describe():<24} {p.tpot_s() * 1e3:>8.2f} {p.tpot_s(99) * 1e3:>8.2f} "
-            f"{p.ttft_s:>7.2f} {p.tokens_per_s:>10,.0f} {p.peak_bytes / GIB:>9.1f} "
-            f"{p.kv_cache_bytes / GIB:>7.1f} {comm:>13,.1f}"
+            f"{p.ttft_s:>7.2f} {p.tokens_per_s:>10,.0f} {format_bytes(p.peak_bytes):>10} "
+            f"{format_bytes(p.kv_cache_bytes):>10} {format_bytes(comm):>10}"
         )
-    if not result.ranked:
-        print("  no layout fits")
+    print_left_out(len(result.ranked), args.top)
     for c in result.ranked:
         if c.prediction.break_even:
             even = c.prediction.break_even
@@ -77,14 +75,9 @@ def cmd_plan_decode(args: argparse.Namespace) -> int:
                 f"{c.layout.describe()}: weight traffic hidden behind its GEMMs from batch {even['batch']:,} "
                 f"(attention broadcast {even['attention']:,}, MLP ring {even['mlp']:,})"
             )
-    print(f"rejected: {len(result.rejected)}")
-    for c in result.rejected[: args.top]:
-        print(f"  {c.layout.describe():<24} {c.reason}")
+    print_rejected(result.rejected, 24)
     return 0
 
 
 def plan_decode_json(result: DecodePlan) -> dict[str, object]:
-    return {
-        "ranked": [{"layout": c.layout.to_dict(), **c.prediction.record()} for c in result.ranked],
-        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in result.rejected],
-    }
+    return ranked_json(result.ranked, lambda p: p.record(), result.rejected)

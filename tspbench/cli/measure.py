@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from tspbench.cli.args import (
+    STEPS_HELP,
     add_common_run_args,
     add_layout_args,
     byte_size,
@@ -21,6 +22,7 @@ from tspbench.core.errors import UsageError
 from tspbench.core.files import check_suffix
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
 from tspbench.core.spec import Layout, Workload
+from tspbench.core.units import format_bytes
 from tspbench.strategy import available
 
 TRACE_SUFFIXES = (".npz", ".json", ".json.gz")  # the raw traces, or a Chrome trace of their replay
@@ -28,20 +30,35 @@ TRACE_SUFFIXES = (".npz", ".json", ".json.gz")  # the raw traces, or a Chrome tr
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("env", help="print the environment record")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_env)
 
     p = sub.add_parser("validate", help="check a strategy against the single-device reference")
     add_layout_args(p)
-    p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-    p.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    p.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="what the strategy and the reference both run in (default float64)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=(*MODES, "both"),
+        default="both",
+        help=f"the step checked: {STEPS_HELP}, or both: train and infer (default)",
+    )
     add_common_run_args(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("bench", help="measure one point: step time, throughput, peak memory, comm")
     add_layout_args(p)
-    p.add_argument("--dtype", choices=DTYPES, default="float32")
-    p.add_argument("--mode", choices=MODES, default="train")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="dtype of parameters, activations and messages (default float32)",
+    )
+    p.add_argument("--mode", choices=MODES, default="train", help=f"the step: {STEPS_HELP} (default train)")
     p.add_argument("--device", choices=DEVICES, help="default cpu; with --fake, cuda (simulated)")
     p.add_argument(
         "--fake",
@@ -80,8 +97,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "gpu-check", help="every GPU-only path on every GPU of this node, a record per check (make gpu-check)"
     )
-    p.add_argument("--out", type=Path, default=Path("results/gpu_check"))
-    p.add_argument("--device", choices=DEVICES, default="cuda")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/gpu_check"),
+        help="records folder (default results/gpu_check)",
+    )
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cuda",
+        help="cuda (default), or cpu with --quick for a smoke run",
+    )
     p.add_argument("--quick", action="store_true", help="tiny model (CPU smoke runs: 2 gloo ranks)")
     p.add_argument("--strategies", help="comma-separated: check only these (default: every one)")
     p.add_argument(
@@ -129,12 +156,12 @@ def print_validation(r: dict) -> None:
         flag = "ok" if err <= r["tolerance"] else "FAIL"
         print(f"  {key:<20} {err:>12.3e}   {flag}")
     print(
-        f"  comm bytes/step      {r['comm_bytes_per_step']:>12,.0f}   analytic count "
+        f"  comm bytes/step      {format_bytes(r['comm_bytes_per_step']):>12}   analytic count "
         f"{'matches' if r['comm_matches_analytic'] else 'DIFFERS'}, dispatch count "
         f"{'matches' if r['comm_matches_dispatch'] else 'DIFFERS'}"
     )
-    per_rank = r["peak_memory_bytes_per_rank"]
-    print(f"  peak memory (max)    {r['peak_memory_bytes']:>12,}   per rank {per_rank}")
+    per_rank = ", ".join(map(format_bytes, r["peak_memory_bytes_per_rank"]))
+    print(f"  peak memory (max)    {format_bytes(r['peak_memory_bytes']):>12}   per rank {per_rank}")
     print("PASSED" if r["passed"] else f"FAILED (worst gradient: {r['worst_grad_param']})")
 
 
@@ -266,18 +293,45 @@ def print_record(r: dict) -> None:
     if r.get("mfu") is not None:
         which = r["mfu_peak_source"].split(":")[0]  # the profile, and why that one
         print(f"  MFU           {r['mfu']:10.1%}      of {r['mfu_peak_tflops']:g} TFLOP/s/GPU, {which}")
-    peak, rank = r["peak_memory_bytes"] / 2**20, r["peak_memory_rank"]
-    print(f"  peak memory   {peak:10.2f} MiB (max over ranks, rank {rank})")
+    peak, rank = format_bytes(r["peak_memory_bytes"]), r["peak_memory_rank"]
+    print(f"  peak memory   {peak:>13} (max over ranks, rank {rank})")
     for cat in ("parameters", "gradients", "optimizer", "activations", "other"):
-        print(f"    {cat:<12}{r[f'peak_memory_{cat}_bytes'] / 2**20:10.2f} MiB")
-    print(f"  comm/step     {r['comm_bytes_per_step'] / 2**20:10.2f} MiB bus bytes (max over ranks)")
+        print(f"    {cat:<12}{format_bytes(r[f'peak_memory_{cat}_bytes']):>13}")
+    print(f"  comm/step     {format_bytes(r['comm_bytes_per_step']):>13} bus bytes (max over ranks)")
+    print_predicted(r)
+    print_predicted_time(r)
+
+
+def print_predicted_time(r: dict) -> None:
+    """The time model's step beside the measured one (its error, as for memory above), then the
+    traced step's replay on the same profile beside the measured one."""
+    if not r.get("predicted_step_time_s"):
+        return
+    line = f"                step {ms(r['predicted_step_time_s'])}"
+    if r.get("predicted_step_time_error") is not None:
+        line += f" ({r['predicted_step_time_error']:+.1%} vs measured)"
+    line += f" on {r['predicted_hardware']}"
+    if r.get("timeline_step_time_s") and r.get("timeline_step_time_error") is not None:
+        line += (
+            f"; the traced step replayed on {r['timeline_hardware']}: {ms(r['timeline_step_time_s'])} "
+            f"({r['timeline_step_time_error']:+.1%})"
+        )
+    print(line)
+
+
+def print_predicted(r: dict) -> None:
+    """The model's peak and comm beside what was measured or executed, with their errors."""
     print(
-        f"  predicted     peak {r['predicted_peak_memory_bytes'] / 2**20:.2f} MiB "
-        f"({r['predicted_memory_error']:+.1%}), comm {r['predicted_comm_bytes_per_step'] / 2**20:.2f} MiB, "
+        f"  predicted     peak {format_bytes(r['predicted_peak_memory_bytes'])} "
+        f"({r['predicted_memory_error']:+.1%}), comm {format_bytes(r['predicted_comm_bytes_per_step'])}, "
         f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
     )
-    if r.get("predicted_step_time_s"):
-        print(f"                step {r['predicted_step_time_s'] * 1e3:.1f} ms on {r['predicted_hardware']}")
+
+
+def ms(seconds: float) -> str:
+    """'38.4 ms', '0.233 ms', '1,204 ms': three significant figures, or whole milliseconds."""
+    value = seconds * 1e3
+    return f"{value:,.0f} ms" if value >= 100 else f"{value:.3g} ms"
 
 
 def first_line(text: str) -> str:
@@ -291,19 +345,26 @@ def print_fake(r: dict) -> None:
     ranks = r["fake_ranks"]
     shown = ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
     print(f"  executed in a fake world of {r['world_size']} ranks: ranks {shown}, {r['fake_seconds']:.1f} s")
-    peak, rank, phase = r["peak_memory_bytes"] / 2**30, r["peak_memory_rank"], r["peak_memory_phase"]
-    print(f"  peak memory   {peak:10.3f} GiB (max over ranks, rank {rank}, {phase})")
+    peak, rank, phase = format_bytes(r["peak_memory_bytes"]), r["peak_memory_rank"], r["peak_memory_phase"]
+    print(f"  peak memory   {peak:>13} (max over ranks, rank {rank}, {phase})")
     cats = ("parameters", "gradients", "optimizer", "activations", "other")
-    print("    rank " + "".join(f"{c:>13}" for c in cats) + "   (GiB)")
+    print("    rank " + "".join(f"{c:>13}" for c in cats))
     for row in r["peak_memory_by_rank"][:16]:
-        print(f"    {row['rank']:>4} " + "".join(f"{row[c] / 2**30:13.3f}" for c in cats))
-    print(f"  comm/step     {r['comm_bytes_per_step'] / 2**30:10.3f} GiB bus bytes (max over ranks)")
+        print(f"    {row['rank']:>4} " + "".join(f"{format_bytes(row[c]):>13}" for c in cats))
+    print(f"  comm/step     {format_bytes(r['comm_bytes_per_step']):>13} bus bytes (max over ranks)")
     print(f"  hardware FLOPs/step/GPU {r['hardware_flops_per_step_per_gpu']:.4g}")
-    print(
-        f"  predicted     peak {r['predicted_peak_memory_bytes'] / 2**30:.3f} GiB "
-        f"({r['predicted_memory_error']:+.1%}), comm {r['predicted_comm_bytes_per_step'] / 2**30:.3f} GiB, "
-        f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
-    )
+    if r.get("timeline_step_time_s"):
+        print(
+            f"  step time     no measured time; the traced step replayed on {r['timeline_hardware']}: "
+            f"{ms(r['timeline_step_time_s'])}"
+        )
+    print_predicted(r)
+    predicted, replayed = r.get("predicted_step_time_s"), r.get("timeline_step_time_s")
+    if predicted and replayed:
+        print(
+            f"                step {ms(predicted)} ({predicted / replayed - 1:+.1%} vs the replay) "
+            f"on {r['predicted_hardware']}"
+        )
 
 
 def print_decode(r: dict) -> None:
@@ -323,12 +384,11 @@ def print_decode(r: dict) -> None:
             if energy is not None
             else f"  energy: {r['energy_unavailable']}"
         )
-    peak, rank = r["peak_memory_bytes"] / 2**20, r["peak_memory_rank"]
     print(
-        f"  peak memory   {peak:10.2f} MiB (max over ranks, rank {rank}); "
-        f"KV cache {r['kv_cache_bytes'] / 2**20:.2f} MiB"
+        f"  peak memory   {format_bytes(r['peak_memory_bytes']):>13} (max over ranks, rank "
+        f"{r['peak_memory_rank']}); KV cache {format_bytes(r['kv_cache_bytes'])}"
     )
-    print(f"  comm/decode step {r['decode_comm_bytes_per_step'] / 2**20:.3f} MiB bus bytes (busiest rank)")
+    print(f"  comm/decode step {format_bytes(r['decode_comm_bytes_per_step'])} bus bytes (busiest rank)")
     print(
         f"  hardware FLOPs/GPU: prefill {r['hardware_flops_prefill_per_gpu']:.4g}, "
         f"decode step {r['hardware_flops_per_decode_step_per_gpu']:.4g}"

@@ -26,6 +26,25 @@ def _bad_size(text: str) -> int:
     raise ValueError(f"not a size: {text!r} (e.g. 512MiB, 2GB, 1e9)")
 
 
+_SCALES = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: float) -> str:
+    """A size in the binary unit that suits it, as every command prints one: '134.0 GiB' (not
+    '137169.1 MiB'), '1.50 KiB' (not '0.000 GiB'), '512 B'. Three or four significant figures:
+    two decimals below 10, one above; the unit steps up once the number shown would reach 1024."""
+    value, unit = float(n), "B"
+    for bigger in _SCALES:
+        if abs(float(_figures(value, unit))) < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{_figures(value, unit)} {unit}"
+
+
+def _figures(value: float, unit: str) -> str:
+    return f"{value:.0f}" if unit == "B" else f"{value:.{2 if abs(value) < 10 else 1}f}"
+
+
 def excerpt(text: str, limit: int = 4000) -> str:
     """The head and the tail of a long error (where the exception and the raise site are)."""
     return text if len(text) <= limit else text[:1000] + "\n...\n" + text[-(limit - 1000) :]
