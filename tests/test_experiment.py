@@ -65,10 +65,11 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 
 
 def table_rows(out: str) -> list[list[str]]:
-    """The rows of the --dry-run table (after its header line, before any skipped lines)."""
+    """The rows of the --dry-run table (after its header line; not the skipped lines, nor the
+    sbatch jobs a slurm executor lists after them)."""
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["run_id", "strategy"])
-    return [ln.split() for ln in lines[start + 1 :] if not ln.startswith("skipped")]
+    return [ln.split() for ln in lines[start + 1 :] if not ln.startswith(("skipped", "slurm ", "  "))]
 
 
 def one_line_error(capsys: pytest.CaptureFixture, *argv: str) -> str:

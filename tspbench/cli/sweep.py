@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -18,11 +19,13 @@ from tspbench.cli.args import output_path
 from tspbench.cli.terminal import print_table, progress_for
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, OK_STATUSES
-from tspbench.core.units import degrees_text
+from tspbench.core.units import degrees_text, format_bytes
+from tspbench.sweep.cluster import Profile
 from tspbench.sweep.damage import RunFiles
 from tspbench.sweep.experiment import EXECUTORS
 from tspbench.sweep.points import Point
 from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
+from tspbench.sweep.slurm import submissions
 from tspbench.sweep.store import Store, results_folder, status_table, write_tables
 
 
@@ -115,6 +118,39 @@ def print_dry_run(sweep: Sweep, store: Store, retry_failed: bool) -> None:
         print_table(dry_run_frame(sweep, store))
     for s in sweep.skipped:
         print(f"skipped (invalid): {s.description}: {s.reason}  [{'; '.join(s.origin) or 'base'}]")
+    if sweep.executor == "slurm" and sweep.profile is not None:
+        print_submissions([p for p in sweep.points if store.needs_run(p.run_id, retry_failed)], sweep.profile)
+
+
+def print_submissions(points: list[Point], profile: Profile) -> None:
+    """What ``run`` would hand to sbatch: each submission (a job array, or a plain job for a
+    single point) with its sbatch options, its setup lines and the ids of its points."""
+    jobs = submissions(points, profile)
+    if not jobs:
+        print(f"slurm ({profile.path}): nothing to submit, no point needs a run")
+        return
+    arrays = sum(len(job.points) > 1 for job in jobs)
+    kinds = [_count(arrays, "job array"), _count(len(jobs) - arrays, "single job")]
+    print(
+        f"slurm ({profile.path}): {_count(len(points), 'point')} to submit in "
+        f"{_count(len(jobs), 'sbatch call')}: {', '.join(k for k in kinds if not k.startswith('0 '))}"
+    )
+    for i, job in enumerate(jobs, 1):
+        size = f"job array of {len(job.points)} points" if len(job.points) > 1 else "single job"
+        shape = f"{_count(job.nodes, 'node')} x {_count(job.tasks_per_node, 'task')}"
+        print(f"  {i}. {size}, {shape}, time limit {job.minutes} min")
+        print(f"    sbatch {' '.join(job.sbatch_options(profile))}")
+        for line in profile.setup or []:
+            print(f"    setup: {line}")
+        if len(jobs) == 1:
+            print(f"    points: the {_count(len(job.points), 'point')} to run above")
+            continue
+        ids = textwrap.wrap(" ".join(p.run_id for p in job.points), 96)
+        print("\n".join(f"    {'points: ' if n == 0 else '        '}{line}" for n, line in enumerate(ids)))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 SUMMARY_COLUMNS = {
@@ -123,6 +159,8 @@ SUMMARY_COLUMNS = {
     "world_size": "world",
     "seq_len": "seq",
     "batch": "batch",
+    "mode": "mode",
+    "recompute": "recompute",
     "status": "status",
 }
 
@@ -136,13 +174,12 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
         return 0
     table = rows[list(SUMMARY_COLUMNS)].rename(columns=SUMMARY_COLUMNS)
     table.insert(2, "degrees", rows.apply(lambda row: degrees_text(row["strategy"], row), axis=1))
-    for col, src, scale in (
-        ("step_ms", "step_time_s", 1e3),
-        ("tok/s/gpu", "tokens_per_s_per_gpu", 1),
-        ("peak_MiB", "peak_memory_bytes", 2**-20),
-    ):
+    for col, src, scale in (("step_ms", "step_time_s", 1e3), ("tok/s/gpu", "tokens_per_s_per_gpu", 1)):
         if src in rows:
             table[col] = (pd.to_numeric(rows[src], errors="coerce") * scale).round(1)
+    if "peak_memory_bytes" in rows:
+        peak = pd.to_numeric(rows["peak_memory_bytes"], errors="coerce")
+        table["peak"] = peak.map(lambda b: "" if pd.isna(b) else format_bytes(b))
     print_table(table)
     counts = rows["status"].value_counts().to_dict()
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; records in {store.root}/records.csv")

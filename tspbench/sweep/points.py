@@ -63,7 +63,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        """'3f2a9c01de tsp tsp4 seq 2048 batch 1 train': how progress lines name the point."""
+        """'3f2a9c01de tsp tsp4 seq 2048 batch 1 train recompute none': how progress lines name it."""
         return f"{self.run_id} {describe(self.config)}"
 
     def base_record(self) -> dict[str, Any]:
@@ -190,7 +190,8 @@ def _invalid(config: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def describe(config: dict[str, Any]) -> str:
-    """'tsp tsp4 x dp2 seq 2048 batch 1 train'."""
+    """'tsp tsp4 x dp2 seq 2048 batch 1 train recompute full', 'tp tp2 seq 512 batch 1 infer'."""
     layout, w = config["layout"], config["workload"]
     degrees = degrees_text(layout["strategy"] or "", layout)
-    return f"{layout['strategy']} {degrees} seq {w['seq_len']} batch {w['batch']} {w['mode']}"
+    mode = f"train recompute {w['recompute']}" if w["mode"] == "train" else w["mode"]
+    return f"{layout['strategy']} {degrees} seq {w['seq_len']} batch {w['batch']} {mode}"

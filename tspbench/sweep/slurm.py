@@ -2,7 +2,8 @@
 
 Per point: nodes = ceil(world / gpus_per_node), tasks per node = min(world, gpus_per_node).
 Points of the same shape go out as one job array (``executor.batch()``, at most
-``array_parallelism`` running at once). What runs inside a job, and how a failing rank ends it,
+``array_parallelism`` running at once): ``submissions`` groups them, and ``--dry-run`` prints
+each one's sbatch options from it. What runs inside a job, and how a failing rank ends it,
 is tspbench.sweep.slurm_job. The sweep watches its jobs through ``squeue``/``sacct`` (each call
 with a timeout), and maps a job that ended without recording anything to a status
 (``SLURM_OUTCOMES``); without accounting Slurm forgets finished jobs and submitit sees UNKNOWN,
@@ -19,11 +20,14 @@ from __future__ import annotations
 import contextlib
 import getpass
 import math
+import shlex
 import shutil
 import subprocess
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import submitit
 
@@ -116,36 +120,77 @@ def _require_slurm() -> None:
         raise UsageError(f"slurm executor: {', '.join(missing)} not found; run on a Slurm login node")
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One sbatch call: the points of one shape (nodes, tasks per node, time limit), a job array
+    of them, or a plain job when there is one (submitit's ``executor.batch()`` does the same)."""
+
+    nodes: int
+    tasks_per_node: int
+    minutes: int
+    points: list[Point]
+
+    def parameters(self, profile: Profile) -> dict[str, Any]:
+        """What submitit's SlurmExecutor is given for this submission."""
+        name = f"tspbench-{self.points[0].experiment}"
+        return profile.parameters(self.nodes, self.tasks_per_node, self.minutes, name)
+
+    def sbatch_options(self, profile: Profile) -> list[str]:
+        """The sbatch options submitit writes for it ('--partition=gpu', '--exclusive',
+        '--array=0-23%16'), less its own bookkeeping (log paths, signal, wckey)."""
+        params = self.parameters(profile)
+        options = {k: v for k, v in params.items() if k not in SUBMITIT_ONLY}
+        options.update(params.get("additional_parameters", {}))
+        if len(self.points) > 1:
+            options["array"] = (
+                f"0-{len(self.points) - 1}%{min(len(self.points), params['array_parallelism'])}"
+            )
+        return [
+            f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={shlex.quote(str(v))}"
+            for k, v in options.items()
+        ]
+
+
+# SlurmExecutor parameters that are not sbatch options (submitit's _make_sbatch_string leaves them out)
+SUBMITIT_ONLY = {"setup", "srun_args", "additional_parameters", "array_parallelism"}
+
+
+def submissions(points: list[Point], profile: Profile) -> list[Submission]:
+    """The sbatch calls that submit ``points``: one per (nodes, tasks per node, time limit), where
+    the time limit is the point's timeout plus START_MARGIN_MIN, at most the profile's ``time``."""
+    groups: dict[tuple[int, int, int], list[Point]] = defaultdict(list)
+    gpn = profile.gpus_per_node
+    for p in points:
+        minutes = min(profile.time, math.ceil(p.timeout / 60) + START_MARGIN_MIN)
+        groups[(p.nodes(gpn), p.tasks_per_node(gpn), minutes)].append(p)
+    return [Submission(nodes, tasks, minutes, group) for (nodes, tasks, minutes), group in groups.items()]
+
+
 def submit(
     points: list[Point], store: Store, profile: Profile, progress: Progress, hardware: str | None = None
 ) -> list[tuple[Point, str]]:
     """Submit ``points`` as one job array per (nodes, tasks per node, time limit); each record
     carries the model's prediction for ``hardware``."""
-    groups: dict[tuple[int, int, int], list[Point]] = defaultdict(list)
-    for p in points:
-        gpn = profile.gpus_per_node
-        minutes = min(profile.time, math.ceil(p.timeout / 60) + START_MARGIN_MIN)
-        groups[(p.nodes(gpn), p.tasks_per_node(gpn), minutes)].append(p)
     submitted: list[tuple[Point, str]] = []
-    for (nodes, tasks, minutes), group in groups.items():
+    for job in submissions(points, profile):
         executor = submitit.SlurmExecutor(folder=store.root / ".slurm" / "%j", max_num_timeout=0)
-        executor.update_parameters(
-            **profile.parameters(nodes, tasks, minutes, f"tspbench-{group[0].experiment}")
-        )
-        for p in group:
+        executor.update_parameters(**job.parameters(profile))
+        for p in job.points:
             store.queue(p.run_id, executor="slurm", slurm_job_id=None)
         try:
             with executor.batch():
-                jobs = [executor.submit(PointTask(str(store.root), p.to_json(), hardware)) for p in group]
+                jobs = [
+                    executor.submit(PointTask(str(store.root), p.to_json(), hardware)) for p in job.points
+                ]
         except Exception as exc:  # sbatch rejected it: the points fail, the other groups go on
             message = f"sbatch failed: {str(exc).strip()[:2000]}"
-            progress.note(f"{nodes} node(s) x {tasks} task(s): {message}")
-            for p in group:
+            progress.note(f"{job.nodes} node(s) x {job.tasks_per_node} task(s): {message}")
+            for p in job.points:
                 store.finish(p.run_id, "failed", error=message)
             continue
-        for p, job in zip(group, jobs, strict=True):
-            store.annotate(p.run_id, slurm_job_id=job.job_id)
-            submitted.append((p, job.job_id))
+        for p, submitted_job in zip(job.points, jobs, strict=True):
+            store.annotate(p.run_id, slurm_job_id=submitted_job.job_id)
+            submitted.append((p, submitted_job.job_id))
     return submitted
 
 

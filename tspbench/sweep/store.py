@@ -45,7 +45,7 @@ import pandas as pd
 from tspbench.core.errors import UsageError
 from tspbench.core.files import FILE_MODE, write_atomic
 from tspbench.core.names import AXES, FINAL_STATUSES, INTERRUPTED
-from tspbench.core.units import excerpt
+from tspbench.core.units import excerpt, format_bytes
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
 from tspbench.sweep.owner import ELSEWHERE, GONE, owner_state, this_process
 
@@ -355,7 +355,7 @@ def write_tables(experiment_dir: str | Path, damaged: list[RunFiles] | None = No
     return frame
 
 
-STATUS_COLUMNS = ("run_id", "strategy", *AXES, "world_size", "seq_len", "batch", "mode")
+STATUS_COLUMNS = ("run_id", "strategy", *AXES, "world_size", "seq_len", "batch", "mode", "recompute")
 
 
 def status_table(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFrame:
@@ -381,7 +381,7 @@ def status_table(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.
     if "step_time_s" in frame:
         table["step_ms"] = (frame["step_time_s"] * 1e3).round(1)
     if "peak_memory_bytes" in frame:
-        table["peak_MiB"] = (frame["peak_memory_bytes"] / 2**20).round(1)
+        table["peak"] = frame["peak_memory_bytes"].map(lambda b: "" if pd.isna(b) else format_bytes(b))
     table["error"] = frame["error"].map(_first_line)
     if table["experiment"].nunique() == 1:
         table = table.drop(columns="experiment")
