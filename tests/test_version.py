@@ -1,4 +1,5 @@
-"""One version: pyproject.toml's, printed by ``tspbench --version`` and released last in CHANGELOG.md."""
+"""One version: pyproject.toml's, printed by ``tspbench --version`` (with the commit) and released
+last in CHANGELOG.md."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ def test_version_flag_prints_the_pyproject_version() -> None:
         [sys.executable, "-m", "tspbench", "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"tspbench {pyproject_version()}"  # a stale install reads otherwise
+    release, _, commit = done.stdout.strip().partition("+g")  # 'tspbench 0.2.0+g1d705c2'
+    assert release == f"tspbench {pyproject_version()}"  # a stale install reads otherwise
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    assert commit == head.stdout.strip() or head.returncode != 0, done.stdout
 
 
 def test_the_changelog_latest_release_is_the_pyproject_version() -> None:

@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import subprocess
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def device_name(device: str) -> str:
 
 
 def environment(device: str | None = None) -> dict[str, object]:
-    """A flat record: versions, git state, host, device, backend, Slurm job if any."""
+    """A flat record: versions (tspbench's names the commit: tspbench.version), git state, host,
+    device, backend, Slurm job if any."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     sha, dirty = git_state()
     record: dict[str, object] = {
@@ -74,3 +76,10 @@ def environment(device: str | None = None) -> dict[str, object]:
     }
     record.update({var.lower(): os.environ.get(var) for var in SLURM_VARS})
     return record
+
+
+def record_fields(env: Mapping[str, object]) -> dict[str, object]:
+    """``env`` as a result record's flat ``env_<key>`` columns, as every executor stores them
+    (measured, fake, projected); a nested value (a projection's hardware profile) stays in
+    the run folder's env.json."""
+    return {f"env_{k}": v for k, v in env.items() if not isinstance(v, (dict, list))}

@@ -19,9 +19,9 @@ from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict_record
 from tspbench.core.errors import UsageError
 from tspbench.core.progress import Progress
-from tspbench.core.units import excerpt
+from tspbench.core.units import excerpt, format_bytes
 from tspbench.measure.bench import bench
-from tspbench.measure.env import environment
+from tspbench.measure.env import environment, record_fields
 from tspbench.sweep.owner import GONE, owner_state, this_process
 from tspbench.sweep.points import Point
 from tspbench.sweep.store import Store, exclusive, now, read_json
@@ -102,6 +102,8 @@ def run_local(
         except Exception:  # bench turns rank failures into records; this is anything else
             text = traceback.format_exc()
             record = {**point.base_record(), "status": "failed", "error": excerpt(text)}
+        if env and not any(k.startswith("env_") for k in record):  # projected, or failed before bench
+            record.update(record_fields(env))
         status = record["status"]
         store.finish(rid, status, record)
         if status != "completed" and (text or record.get("error")):
@@ -138,5 +140,5 @@ def _headline(record: dict[str, Any]) -> str:
     if record.get("step_time_s") is not None:
         out += f"  step {record['step_time_s'] * 1e3:.1f} ms"
     if record.get("peak_memory_bytes") is not None:
-        out += f"  peak {record['peak_memory_bytes'] / 2**20:.1f} MiB"
+        out += f"  peak {format_bytes(record['peak_memory_bytes'])}"
     return out
