@@ -17,11 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tspbench.strategies.fsdp import BLOCK_WINDOW, FullyShardedDataParallel
-from tspbench.strategies.sp import kv_gather_traffic, zigzag_extra_bytes
+from tspbench.strategies.sp import kv_gather_traffic, zigzag_attention, zigzag_extra_bytes
 
 from tspbench.costs.flops import ForwardFlops, qkv_gemm_flops
-from tspbench.dist.decode import ShardedDecodeAttention
-from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
 
@@ -37,9 +35,7 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
     summary = "FSDP2 and sequence parallel on one axis: 1/D of the weights and of the tokens, K/V gathered"
 
     def transform(self, model: Transformer) -> None:
-        for layer in model.layers:
-            layer.attention.core = ZigzagAttention(self.group("sp"))
-            layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
+        zigzag_attention(model, self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
         """FSDP's and the K/V gathers. A K/V gather recomputed in backward waits on the link

@@ -17,6 +17,7 @@ their owners (all-to-all) and merged by log-sum-exp.
 from __future__ import annotations
 
 from tspbench.costs.elementwise import over_step, recomputed_forwards, zigzag_attention_bytes
+from tspbench.dist.comm import Group
 from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
@@ -32,6 +33,15 @@ def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traf
     if strategy.workload.mode == "train":
         out.append(Traffic("reduce_scatter", (axis,), msg, count, "backward"))
     return out
+
+
+def zigzag_attention(model: Transformer, group: Group) -> None:
+    """Every layer's attention over tokens sharded zigzag on ``group``: K/V all-gathered for the
+    prefill and training (ZigzagAttention), the sequence-sharded cache for decode
+    (ShardedDecodeAttention)."""
+    for layer in model.layers:
+        layer.attention.core = ZigzagAttention(group)
+        layer.attention.cached_core = ShardedDecodeAttention(group)
 
 
 def zigzag_extra_bytes(strategy: Strategy) -> int:
@@ -50,9 +60,7 @@ class SequenceParallel(Strategy):
     summary = "sequence parallel: tokens split zigzag, weights replicated, K/V all-gathered"
 
     def transform(self, model: Transformer) -> None:
-        for layer in model.layers:
-            layer.attention.core = ZigzagAttention(self.group("sp"))
-            layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
+        zigzag_attention(model, self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
         return kv_gather_traffic(self, "sp", self.config.n_kv_heads)

@@ -12,11 +12,9 @@ of the local n/T heads over sp (tspbench.dist.decode).
 
 from __future__ import annotations
 
-from tspbench.strategies.sp import kv_gather_traffic, zigzag_extra_bytes
+from tspbench.strategies.sp import kv_gather_traffic, zigzag_attention, zigzag_extra_bytes
 from tspbench.strategies.tp import TensorParallel
 
-from tspbench.dist.decode import ShardedDecodeAttention
-from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
 
@@ -31,9 +29,7 @@ class TensorSequenceParallel(TensorParallel):
 
     def transform(self, model: Transformer) -> None:
         super().transform(model)
-        for layer in model.layers:
-            layer.attention.core = ZigzagAttention(self.group("sp"))
-            layer.attention.cached_core = ShardedDecodeAttention(self.group("sp"))
+        zigzag_attention(model, self.group("sp"))
 
     def traffic(self) -> list[Traffic]:
         kv_heads = self.config.n_kv_heads // self.mesh.size("tp")
