@@ -119,13 +119,22 @@ class _RingMLP(torch.autograd.Function):
         return dx, grad, None, None
 
 
-class RingMLP(nn.Module):
-    """One packed shard [W1_p; W3_p; W2_p^T] [3 f/D, h]; forward runs the ring schedule."""
+class RingBlock(nn.Module):
+    """This rank's block [rows, h] of a ring-circulated weight, the parameter named ``param`` (the
+    name TSP's placements match: mlp.shard, embed.weight, head.weight), and the ring."""
+
+    param = "weight"
 
     def __init__(self, rows: int, hidden: int, ring: Ring) -> None:
         super().__init__()
-        self.shard = nn.Parameter(torch.empty(rows, hidden))
+        self.register_parameter(self.param, nn.Parameter(torch.empty(rows, hidden)))
         self.ring = ring
+
+
+class RingMLP(RingBlock):
+    """One packed shard [W1_p; W3_p; W2_p^T] [3 f/D, h]; forward runs the ring schedule."""
+
+    param = "shard"
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
         return _RingMLP.apply(x, self.shard, self.ring, torch.is_grad_enabled())  # prefill keeps nothing
@@ -168,11 +177,8 @@ class _RingEmbedding(torch.autograd.Function):
         return None, ctx.ring.visit_backward(shard.detach(), partial, need_weights=False), None
 
 
-class RingEmbedding(nn.Module):
-    def __init__(self, rows: int, hidden: int, ring: Ring) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(rows, hidden))
-        self.ring = ring
+class RingEmbedding(RingBlock):
+    """Vocabulary block p of the embedding [V/D, h]; lookups by the ring."""
 
     def forward(self, tokens: Tensor) -> Tensor:
         return _RingEmbedding.apply(tokens, self.weight, self.ring)
@@ -231,13 +237,8 @@ class _RingCrossEntropy(torch.autograd.Function):
         return dx, grad, None, None
 
 
-class RingHead(nn.Module):
+class RingHead(RingBlock):
     """Vocabulary block p of the LM head [V/D, h]; logits and loss by the ring."""
-
-    def __init__(self, rows: int, hidden: int, ring: Ring) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(rows, hidden))
-        self.ring = ring
 
     def logits(self, x: Tensor) -> Tensor:
         """Logits [B, T, V] of the local tokens over the whole vocabulary (prefill, no grad)."""
