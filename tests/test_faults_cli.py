@@ -87,6 +87,17 @@ def test_ctrl_c_in_backtest_execute_is_one_line_and_exit_130(tmp_path: Path) -> 
     assert_one_interrupted_line(rc, output, "backtest")
 
 
+def _forbid(monkeypatch, checked: str, *work: tuple[object, str]) -> None:
+    """Each (module, name) in ``work`` raises if called: the command must stop at its check of the
+    ``checked`` values before any of it starts."""
+
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the work started before the {checked} were checked")
+
+    for module, name in work:
+        monkeypatch.setattr(module, name, must_not_run)
+
+
 def _refused_quickly(argv: list[str], says: str, capsys) -> None:
     start = time.perf_counter()
     assert exit_code(argv) == 2
@@ -115,10 +126,7 @@ def test_impossible_sizes_are_refused_within_a_second(
 ) -> None:
     import tspbench.cli.analytic
 
-    def must_not_run(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the work started before the sizes were checked")
-
-    monkeypatch.setattr(tspbench.cli.analytic, "calibrate", must_not_run)
+    _forbid(monkeypatch, "sizes", (tspbench.cli.analytic, "calibrate"))
     _refused_quickly(argv, says, capsys)
 
 
@@ -142,11 +150,7 @@ def test_values_that_would_change_nothing_are_refused(
     import tspbench.cli.analytic
     import tspbench.cli.measure
 
-    def must_not_run(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the work started before the flags were checked")
-
-    monkeypatch.setattr(tspbench.cli.analytic, "calibrate", must_not_run)
-    monkeypatch.setattr(tspbench.cli.measure, "bench_fake", must_not_run)
+    _forbid(monkeypatch, "flags", (tspbench.cli.analytic, "calibrate"), (tspbench.cli.measure, "bench_fake"))
     _refused_quickly(argv, says, capsys)
 
 
