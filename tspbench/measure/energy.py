@@ -12,10 +12,12 @@ the whole device, a RAPL counter the whole package: other work on them is counte
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -37,7 +39,7 @@ class EnergyMeter:
 def open_meter(device: torch.device, rank: int = 0) -> EnergyMeter:
     """The meter of this rank: its GPU's counter on CUDA/ROCm, else RAPL (local rank 0 only)."""
     if device.type == "cuda":
-        return _amdsmi(device) if torch.version.hip else _nvml(device)
+        return _gpu_meter("amdsmi" if torch.version.hip else "nvml", device)
     local = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank)))
     meter = rapl_meter(RAPL_ROOT)
     if local != 0 and meter.source is not None:  # another rank of this host reads the packages
@@ -72,34 +74,46 @@ def rapl_meter(root: Path) -> EnergyMeter:
     return EnergyMeter("rapl", read)
 
 
-def _nvml(device: torch.device) -> EnergyMeter:
+def _nvml_counter(pynvml: ModuleType, index: int) -> Callable[[], float]:
+    """NVML's total energy counter of GPU ``index``, in joules (it counts millijoules)."""
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) * 1e-3
+
+
+def _amdsmi_counter(amdsmi: ModuleType, index: int) -> Callable[[], float]:
+    """amdsmi's energy accumulator of GPU ``index`` times its resolution, in joules."""
+    amdsmi.amdsmi_init()
+    handle = amdsmi.amdsmi_get_processor_handles()[index]
+
+    def read() -> float:
+        count = amdsmi.amdsmi_get_energy_count(handle)
+        return count["energy_accumulator"] * count["counter_resolution"] * 1e-6
+
+    read()
+    return read
+
+
+# source -> (its library, why when that is missing, the counter's name in messages, how to open
+# the counter (read once), what the library raises when the counter is unavailable: amdsmi raises
+# its own AmdSmiException and IndexError alike)
+_GPU_COUNTERS = {
+    "nvml": ("pynvml", "pynvml is not installed (pip install nvidia-ml-py)", "NVML", _nvml_counter,
+             lambda lib: lib.NVMLError),
+    "amdsmi": ("amdsmi", "amdsmi is not installed", "amdsmi", _amdsmi_counter, lambda lib: Exception),
+}  # fmt: skip
+
+
+def _gpu_meter(source: str, device: torch.device) -> EnergyMeter:
+    """``device``'s energy counter from ``source``'s library, or why there is none."""
+    library, missing, label, counter, errors = _GPU_COUNTERS[source]
     try:
-        import pynvml
+        lib = importlib.import_module(library)
     except ImportError:
-        return EnergyMeter(None, None, "pynvml is not installed (pip install nvidia-ml-py)")
+        return EnergyMeter(None, None, missing)
     try:
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-    except pynvml.NVMLError as exc:
-        return EnergyMeter(None, None, f"NVML energy counter unavailable: {exc}")
-    return EnergyMeter("nvml", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) * 1e-3)
-
-
-def _amdsmi(device: torch.device) -> EnergyMeter:
-    try:
-        import amdsmi
-    except ImportError:
-        return EnergyMeter(None, None, "amdsmi is not installed")
-    try:
-        amdsmi.amdsmi_init()
-        handle = amdsmi.amdsmi_get_processor_handles()[device.index or 0]
-
-        def read() -> float:
-            count = amdsmi.amdsmi_get_energy_count(handle)
-            return count["energy_accumulator"] * count["counter_resolution"] * 1e-6
-
-        read()
-    except Exception as exc:  # amdsmi raises its own AmdSmiException and IndexError alike
-        return EnergyMeter(None, None, f"amdsmi energy counter unavailable: {exc}")
-    return EnergyMeter("amdsmi", read)
+        read = counter(lib, device.index or 0)
+    except errors(lib) as exc:
+        return EnergyMeter(None, None, f"{label} energy counter unavailable: {exc}")
+    return EnergyMeter(source, read)
