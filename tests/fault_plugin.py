@@ -17,6 +17,8 @@ sees these extra strategies:
                    size at tp 2 x sp 2), and its Placement says so, so the analytic count agrees
     fault_fsdp     fsdp; the first block is left out of ``fully_shard`` (the root's unit takes
                    its parameters): the same math, other collectives, all issued by FSDP2
+    fault_nonzero  dp; sharding the batch calls ``nonzero`` (an output shape that depends on the
+                   token values: no fake kernel can run it)
 """
 
 from __future__ import annotations
@@ -85,16 +87,30 @@ class UnshardedBlockFSDP(FullyShardedDataParallel):
     def units(self, model):
         return super().units(model)[1:]
 
+
+class NonzeroDP(DataParallel):
+    name = "fault_nonzero"
+
+    def shard_batch(self, tokens, targets):
+        batch = super().shard_batch(tokens, targets)
+        batch.tokens.nonzero()  # an output shape that depends on the token values
+        return batch
+
 """
 
-ENTRY_POINTS = """[tspbench.strategies]
-fault_raise = tspbench_fault_plugin:RaisingDP
-fault_hang = tspbench_fault_plugin:HangingDP
-fault_replica = tspbench_fault_plugin:CorruptReplicaTSP
-fault_channel = tspbench_fault_plugin:SameChannelTSP
-fault_reduce = tspbench_fault_plugin:WrongAxisTPSP
-fault_fsdp = tspbench_fault_plugin:UnshardedBlockFSDP
-"""
+# strategy name -> its class in MODULE (installed as the module tspbench_fault_plugin)
+STRATEGIES = {
+    "fault_raise": "RaisingDP",
+    "fault_hang": "HangingDP",
+    "fault_replica": "CorruptReplicaTSP",
+    "fault_channel": "SameChannelTSP",
+    "fault_reduce": "WrongAxisTPSP",
+    "fault_fsdp": "UnshardedBlockFSDP",
+    "fault_nonzero": "NonzeroDP",
+}
+ENTRY_POINTS = "[tspbench.strategies]\n" + "".join(
+    f"{n} = tspbench_fault_plugin:{c}\n" for n, c in STRATEGIES.items()
+)
 
 
 def install(folder: Path) -> dict[str, str]:

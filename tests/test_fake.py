@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
+import fault_plugin
 import pytest
 from stepping import measure_layouts
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -210,57 +211,16 @@ def test_cuda_path_bf16_every_strategy(world: int) -> None:
 
 # ----------------------------------------------------------------------------- failures are data
 
-FAULTS = """
-import time
-
-from tspbench.strategies.dp import DataParallel
-
-class NonzeroDP(DataParallel):
-    name = "fake_fault_nonzero"
-
-    def shard_batch(self, tokens, targets):
-        batch = super().shard_batch(tokens, targets)
-        batch.tokens.nonzero()  # an output shape that depends on the token values
-        return batch
-
-
-class RaisingDP(DataParallel):
-    name = "fake_fault_raise"
-
-    def build(self):
-        if self.mesh.rank == 1:
-            raise RuntimeError("injected fault on rank 1")
-        return super().build()
-
-
-class HangingDP(DataParallel):
-    name = "fake_fault_hang"
-
-    def build(self):
-        time.sleep(3600)
-"""
-
 
 @pytest.fixture
 def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three faulty strategies, registered here and installed (an entry point on PYTHONPATH) for
-    the fake world's workers."""
-    (tmp_path / "tspbench_fake_faults.py").write_text(FAULTS)
-    info = tmp_path / "tspbench_fake_faults-0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tspbench-fake-faults\nVersion: 0.0\n")
-    names = {
-        "fake_fault_nonzero": "NonzeroDP",
-        "fake_fault_raise": "RaisingDP",
-        "fake_fault_hang": "HangingDP",
-    }
-    entries = "".join(f"{n} = tspbench_fake_faults:{c}\n" for n, c in names.items())
-    (info / "entry_points.txt").write_text(f"[tspbench.strategies]\n{entries}")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    """fault_plugin's faulty strategies, installed (an entry point on PYTHONPATH) for the fake
+    world's workers and registered here."""
+    monkeypatch.setenv("PYTHONPATH", fault_plugin.install(tmp_path)["PYTHONPATH"])
     monkeypatch.syspath_prepend(str(tmp_path))
-    import tspbench_fake_faults as module
+    import tspbench_fault_plugin as module
 
-    for name, cls_name in names.items():  # removed again after the test: nothing else sees them
+    for name, cls_name in fault_plugin.STRATEGIES.items():  # removed again after the test
         monkeypatch.setitem(registry._REGISTRY, name, getattr(module, cls_name))
 
 
@@ -274,13 +234,13 @@ def _children() -> set[int]:
 def test_an_op_without_a_fake_kernel_or_a_raising_rank_is_a_failed_record(faults: None) -> None:
     workload = Workload(TINY, 1, 128, "infer", device="cpu")  # prefill: no DDP (cannot run on fakes)
     before = _children()
-    record = fake_bench(Layout("fake_fault_nonzero", dp=2), workload, ranks=[0])
+    record = fake_bench(Layout("fault_nonzero", dp=2), workload, ranks=[0])
     assert record["status"] == "failed" and record["failed_op"] == "aten.nonzero.default"
     assert record["error"].startswith("rank 0 raised FakeOpError: aten.nonzero.default")
-    record = fake_bench(Layout("fake_fault_raise", dp=2), workload, ranks=[0, 1])
+    record = fake_bench(Layout("fault_raise", dp=2), workload, ranks=[0, 1])
     assert record["status"] == "failed" and record["failed_rank"] == 1
     assert "injected fault on rank 1" in record["error"] and "failed_op" not in record
-    record = fake_bench(Layout("fake_fault_hang", dp=2), workload, ranks=[0], timeout=3)
+    record = fake_bench(Layout("fault_hang", dp=2), workload, ranks=[0], timeout=3)
     assert record["status"] == "timeout"
     assert _children() <= before  # every worker is gone
 
