@@ -66,16 +66,16 @@ def all_gather(x: Tensor, group: Group, dim: int | None = None, async_op: bool =
     x = x.contiguous()
     stacked = x.new_empty((group.size, *x.shape))
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    return issue(
-        "all_gather",
-        group,
-        tensor_bytes(stacked),
-        partial(gather, group=group.pg, async_op=True),
-        (stacked.view(-1), x.view(-1)),
-        lambda: stacked if dim is None else torch.cat(stacked.unbind(0), dim=dim),
-        async_op,
-        simulated=lambda: stacked.copy_(x.unsqueeze(0).expand_as(stacked)),
-    )
+    start = partial(gather, group=group.pg, async_op=True)
+
+    def result() -> Tensor:
+        return stacked if dim is None else torch.cat(stacked.unbind(0), dim=dim)
+
+    def simulated() -> None:
+        stacked.copy_(x.unsqueeze(0).expand_as(stacked))
+
+    operands = (stacked.view(-1), x.view(-1))
+    return issue("all_gather", group, tensor_bytes(stacked), start, operands, result, async_op, simulated)
 
 
 def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bool = False):
@@ -89,16 +89,13 @@ def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bo
     stacked = (x if dim is None else torch.stack(x.chunk(n, dim=dim), dim=0)).contiguous()
     out = stacked.new_empty(stacked.shape[1:])
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return issue(
-        "reduce_scatter",
-        group,
-        tensor_bytes(stacked),
-        partial(scatter, group=group.pg, async_op=True),
-        (out.view(-1), stacked.view(-1)),
-        lambda: out,
-        async_op,
-        simulated=lambda: out.copy_(stacked[group.rank]),
-    )
+    start = partial(scatter, group=group.pg, async_op=True)
+
+    def simulated() -> None:
+        out.copy_(stacked[group.rank])
+
+    operands, nbytes = (out.view(-1), stacked.view(-1)), tensor_bytes(stacked)
+    return issue("reduce_scatter", group, nbytes, start, operands, lambda: out, async_op, simulated)
 
 
 def broadcast(x: Tensor, src: int, group: Group, async_op: bool = False):
