@@ -5,7 +5,6 @@ in reverse, every job cancelled first (see tools.slurm_local for the why)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import time
@@ -13,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from tools.slurm_local.config import slurm_conf, slurmdbd_conf
+from tools.slurm_local.config import write_configs
 from tools.slurm_local.host import HOSTS_FILE, add_host_names, free_ports, port_open, remove_host_names
 from tools.slurm_local.install import SEARCH_PATH, missing_binaries, which
 from tools.slurm_local.processes import cluster_processes, pid_alive, read_pid, terminate
@@ -199,13 +198,7 @@ class LocalSlurmCluster:
             "mariadb": ports[2],
             **{n: p for n, p in zip(self.node_names, ports[3:], strict=True)},
         }
-        (self.root / "etc" / "plugstack.conf").write_text("")  # no site SPANK plugins
-        self.conf_path.write_text(slurm_conf(self))
-        if self.accounting:
-            dbd = self.root / "etc" / "slurmdbd.conf"
-            dbd.write_text(slurmdbd_conf(self))
-            dbd.chmod(0o600)  # slurmdbd refuses a config others can read (it holds a password)
-        (self.root / "ports.json").write_text(json.dumps(self.ports, indent=1))
+        write_configs(self)
 
     def _prepare_munge(self) -> None:
         """munged checks permissions: key folder 0700, key 0600, socket folder 0755."""
@@ -265,15 +258,14 @@ class LocalSlurmCluster:
         m = self.root / "munge"
         with contextlib.suppress(FileNotFoundError):
             self.munge_socket.unlink()
-        argv = [
-            _bin("munged"), "-F", "--force",
-            f"--socket={self.munge_socket}",
-            f"--key-file={m / 'etc' / 'munge.key'}",
-            f"--pid-file={m / 'run' / 'munged.pid'}",
-            f"--log-file={self._log('munged')}",
-            f"--seed-file={m / 'etc' / 'munged.seed'}",
-        ]  # fmt: skip
-        self._spawn("munged", argv)
+        files = {
+            "--socket": self.munge_socket,
+            "--key-file": m / "etc" / "munge.key",
+            "--pid-file": m / "run" / "munged.pid",
+            "--log-file": self._log("munged"),
+            "--seed-file": m / "etc" / "munged.seed",
+        }
+        self._spawn("munged", [_bin("munged"), "-F", "--force", *_options(files)])
         self._wait_for("the munge socket", self.munge_socket.exists, deadline, "munged")
 
     def _start_accounting(self, deadline: float) -> None:
@@ -281,12 +273,14 @@ class LocalSlurmCluster:
         data = self.root / "db" / "data"
         if not (data / "mysql").is_dir():
             self._init_mariadb(data)
+        files = {
+            "--datadir": data,
+            "--socket": self.root / "db" / "mysqld.sock",
+            "--pid-file": self.root / "db" / "mariadbd.pid",
+            "--log-error": self._log("mariadb"),
+        }
         argv = [
-            _bin("mariadbd"), "--no-defaults", "--user=root",
-            f"--datadir={data}",
-            f"--socket={self.root / 'db' / 'mysqld.sock'}",
-            f"--pid-file={self.root / 'db' / 'mariadbd.pid'}",
-            f"--log-error={self._log('mariadb')}",
+            _bin("mariadbd"), "--no-defaults", "--user=root", *_options(files),
             "--bind-address=127.0.0.1", f"--port={self.ports['mariadb']}",
             "--skip-grant-tables", "--skip-name-resolve",
             *_MARIADB_SIZES,
@@ -383,6 +377,11 @@ class LocalSlurmCluster:
             prefix = failed.split("-")[0]  # slurmd-n1 -> slurmd-n1.log and slurmd-n1-stdout.log
             logs.sort(key=lambda p: not p.name.startswith((failed, prefix)))
         return "\n".join(_tail(p) for p in logs if p.stat().st_size)
+
+
+def _options(values: dict[str, object]) -> list[str]:
+    """``--flag=value`` for each flag, in order: the files a daemon keeps under the cluster's root."""
+    return [f"{flag}={value}" for flag, value in values.items()]
 
 
 def _bin(name: str) -> str:

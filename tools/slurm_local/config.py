@@ -1,13 +1,26 @@
-"""The cluster's slurm.conf and slurmdbd.conf: every path under its root, every port its own."""
+"""The cluster's config files (slurm.conf, slurmdbd.conf): every path under its root, every port its own."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tools.slurm_local.cluster import LocalSlurmCluster
+
+
+def write_configs(c: LocalSlurmCluster) -> None:
+    """plugstack.conf, slurm.conf, slurmdbd.conf (with accounting) and ports.json, for the ports
+    the cluster has just chosen."""
+    (c.root / "etc" / "plugstack.conf").write_text("")  # no site SPANK plugins
+    c.conf_path.write_text(slurm_conf(c))
+    if c.accounting:
+        dbd = c.root / "etc" / "slurmdbd.conf"
+        dbd.write_text(slurmdbd_conf(c))
+        dbd.chmod(0o600)  # slurmdbd refuses a config others can read (it holds a password)
+    (c.root / "ports.json").write_text(json.dumps(c.ports, indent=1))
 
 
 def slurm_conf(c: LocalSlurmCluster) -> str:
