@@ -21,7 +21,8 @@ from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.mesh import Mesh
 from tspbench.measure.calibrate import calibrate
-from tspbench.measure.probes import Rate, elementwise_seconds, link_figures
+from tspbench.measure.probes import Rate, link_figures
+from tspbench.measure.profiled import elementwise_seconds
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import check_layout
 from tspbench.strategy.traffic import Traffic

@@ -18,6 +18,7 @@ python -m tools.h200_probes OUT [names...]
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -272,21 +273,21 @@ def kernels_in(fn) -> dict:
     return {"kernels": len(names) - copies, "copies": copies}
 
 
-def _calibrate_part(part: str) -> dict:
+def _calibrate_part(part: str, tokens: int = 8192) -> dict:
     """One of calibrate's GPU figures on the 7B cut to 4 layers at 8K tokens, timed; a stack
     trace on stderr if it runs past 50 s (a hang in gpu-check's calibrate at 887f825 left no
     record)."""
     import faulthandler
 
-    from tspbench.measure import launches, opcosts, probes
+    from tspbench.measure import launches, opcosts, profiled
 
     faulthandler.dump_traceback_later(50, exit=False)
     start = time.perf_counter()
     if part == "elementwise":
-        rates = probes.elementwise_rank(SEVEN_B_4, 8192, 3, "cuda", "bfloat16")
+        rates = profiled.elementwise_rank(SEVEN_B_4, tokens, 3, "cuda", "bfloat16")
         result: dict = {k: r.value for k, r in rates.items()}
     elif part == "timeline_costs":
-        result = opcosts.timeline_costs_rank(SEVEN_B_4, 8192, 3, "cuda", "bfloat16")
+        result = opcosts.timeline_costs_rank(SEVEN_B_4, tokens, 3, "cuda", "bfloat16")
     else:
         result = launches.launch_costs(5)
     faulthandler.cancel_dump_traceback_later()
@@ -295,9 +296,10 @@ def _calibrate_part(part: str) -> dict:
 
 def calibrate_parts() -> dict:
     out = {}
-    for part in ("launches", "elementwise", "timeline_costs"):
+    tokens = int(os.environ.get("CALIBRATE_TOKENS", 8192))
+    for part in os.environ.get("CALIBRATE_PARTS", "launches,elementwise,timeline_costs").split(","):
         try:
-            out[part] = launch(_calibrate_part, 1, part, device="cuda", timeout=75)[0]
+            out[part] = launch(_calibrate_part, 1, part, tokens, device="cuda", timeout=75)[0]
         except Exception as exc:
             out[part] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         print(part, json.dumps(out[part], default=str)[:400], flush=True)

@@ -21,16 +21,13 @@ from functools import partial
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist import comm
 from tspbench.dist.comm import BUS_FACTOR
 from tspbench.dist.launch import local_device
 from tspbench.dist.mesh import Mesh
 from tspbench.measure.flop_counter import register_cpu_attention_flops
-from tspbench.measure.runner import RankRun
 from tspbench.model.layers import causal_attention
 
 register_cpu_attention_flops()
@@ -338,63 +335,3 @@ def overlap_efficiency(times: dict[str, Rate]) -> float:
     min(compute, comm), clipped to [0, 1]."""
     c, m, both = times["compute"].value, times["comm"].value, times["overlapped"].value
     return min(1.0, max(0.0, (c + m - both) / min(c, m)))
-
-
-GEMM_OPS = frozenset(  # and the wrappers that dispatch them
-    {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
-)
-OPTIMIZER_REGION = "Optimizer.step#"
-
-
-def elementwise_seconds(step: Callable[[], object]) -> tuple[float, float]:
-    """(element-wise, optimizer) seconds of one ``step()``, by torch.profiler: the self time of
-    every aten op that is not a GEMM, an attention kernel or a collective; the optimizer's
-    region (AdamW: all element-wise) apart. Self time on the CPU, device time on a GPU (where the
-    host's self time would be launch time)."""
-    cuda = torch.cuda.is_available()
-    with profile(activities=profiler_activities()) as prof:
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-    other = optimizer = 0.0
-    for event in prof.key_averages():
-        name = event.key
-        if name.startswith(OPTIMIZER_REGION):
-            optimizer += (event.device_time_total if cuda else event.cpu_time_total) * 1e-6
-        elif name.startswith("aten::") and name not in GEMM_OPS and "attention" not in name:
-            other += self_seconds(event, cuda)
-    return max(other - optimizer, 0.0), optimizer
-
-
-def profiler_activities() -> list[ProfilerActivity]:
-    """What torch.profiler records here: the CPU, and the GPU's kernels where there is one."""
-    return (
-        [ProfilerActivity.CPU, ProfilerActivity.CUDA] if torch.cuda.is_available() else [ProfilerActivity.CPU]
-    )
-
-
-def self_seconds(event, cuda: bool) -> float:
-    """An op's own time in a profile: its kernels' device time on a GPU, its CPU time elsewhere."""
-    return (event.self_device_time_total if cuda else event.self_cpu_time_total) * 1e-6
-
-
-def elementwise_rank(
-    model: ModelConfig, tokens: int, repeats: int, device: str = "cpu", dtype: str = "float32"
-) -> dict[str, Rate]:
-    """Element-wise seconds of a single-device step of ``model`` at ``tokens`` tokens (a world of
-    one rank): a training step's (optimizer apart), the optimizer's, and a forward's (prefill);
-    each the median over ``repeats`` profiled steps after two warm-up steps."""
-    runs = {
-        mode: RankRun(Layout("dp"), Workload(model, 1, tokens, mode, "none", dtype, device))
-        for mode in ("train", "infer")
-    }
-    for run in runs.values():
-        run.step()
-        run.step()
-    samples: dict[str, list[float]] = {"train": [], "optimizer": [], "infer": []}
-    for _ in range(repeats):
-        train, optimizer = elementwise_seconds(runs["train"].step)
-        samples["train"].append(train)
-        samples["optimizer"].append(optimizer)
-        samples["infer"].append(elementwise_seconds(runs["infer"].step)[0])
-    return {k: Rate.of(v) for k, v in samples.items()}

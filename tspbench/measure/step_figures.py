@@ -11,11 +11,20 @@ import torch
 from tspbench.core.progress import Progress
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
-from tspbench.measure import launches, opcosts, probes
+from tspbench.measure import launches, opcosts, profiled
 from tspbench.measure.probes import Rate
 from tspbench.strategy import Strategy, check_layout
 
 NOISY_SPREAD = 0.20
+# A GPU's profiled step takes seconds (one H200, the 7B cut to 4 layers at 32K tokens: 7 s for the
+# element-wise passes, 14 s for the per-op costs, each in a fresh process); a rank still running
+# after this long is stuck (one hung past 400 s inside gpu-check at 887f825), not slow.
+GPU_TIMEOUT_S = 60.0
+
+
+def step_timeout(cpu_s: float = 600.0) -> float:
+    """How long a profiled step's rank may run: GPU_TIMEOUT_S on a GPU, ``cpu_s`` on a CPU."""
+    return GPU_TIMEOUT_S if torch.cuda.is_available() else cpu_s
 
 
 @dataclass
@@ -41,9 +50,12 @@ def step_figures(
     rec: Recorder, model: ModelConfig, seq_len: int, ranks: int, bandwidth: float, repeats: int, quick: bool
 ) -> dict:
     """Every figure of this module for a calibration of ``model`` at ``seq_len`` over ``ranks``
-    ranks. On a GPU a group that cannot be measured (a driver without the profiler's GPU
-    activities, say) is a warning and the profile goes on without it; on a CPU it is an error."""
+    ranks. On a GPU a group that cannot be measured (its rank fails, or outlives GPU_TIMEOUT_S)
+    is a warning and the profile goes on without it; on a CPU it is an error. The calibration's
+    cached GPU memory is released first: the profiled steps run in processes of their own."""
     cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.empty_cache()
     local, profiled = seq_len // ranks, seq_len // ranks if cuda else seq_len
     groups = [
         ("elementwise_passes", lambda: {"elementwise_passes": elementwise_passes(rec, model, local, bandwidth,
@@ -56,7 +68,7 @@ def step_figures(
     for what, measure in groups:
         try:
             out |= measure()
-        except Exception as exc:
+        except (RuntimeError, TimeoutError) as exc:  # a rank's error, a launch's timeout, CUDA's errors
             if not cuda:
                 raise
             rec.warnings.append(f"{what}: not measured ({type(exc).__name__}: {exc})"[:300])
@@ -69,7 +81,9 @@ def elementwise_passes(
 ) -> dict:
     """Passes over a block's activations (per layer) and the parameters that a single-device
     step's element-wise time is worth at ``bandwidth`` (tspbench.analytic.timing's terms)."""
-    seconds = launch(probes.elementwise_rank, 1, model, tokens, repeats, *device_dtype(), timeout=600)[0]
+    seconds = launch(
+        profiled.elementwise_rank, 1, model, tokens, repeats, *device_dtype(), timeout=step_timeout()
+    )[0]
     rec.step("element-wise passes of a step")
     sized = {mode: single_device(model, tokens, mode) for mode in ("train", "infer")}
     basis = {mode: model.n_layers * s.elementwise_layer_bytes() for mode, s in sized.items()}
@@ -88,7 +102,9 @@ def timeline_costs(rec: Recorder, model: ModelConfig, tokens: int, repeats: int,
     """The timeline's per-op terms, from a profiled single-device step (tspbench.measure.opcosts),
     and with ``ranks`` the share of each kind when that many ranks run the same step at once
     (``--quick`` leaves that out: the probes' contention stands in)."""
-    costs = launch(opcosts.timeline_costs_rank, 1, model, tokens, repeats, *device_dtype(), timeout=1800)[0]
+    costs = launch(
+        opcosts.timeline_costs_rank, 1, model, tokens, repeats, *device_dtype(), timeout=step_timeout(1800)
+    )[0]
     single = costs.pop("kinds")
     if ranks > 1:
         workload = Workload(model, 1, tokens, "train", dtype="float32")
