@@ -267,3 +267,47 @@ def test_tpot_percentiles_priced_from_a_few_steps_equal_numpys_over_every_step(h
     assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(every))  # in order, to rounding
     for q in (0, 50, 90, 99, 100):
         assert p.tpot_s(q) == pytest.approx(float(np.percentile(every, q)), rel=1e-12)
+
+
+VIEW_OPS = frozenset(
+    ("view", "_unsafe_view", "t", "transpose", "permute", "expand", "select", "slice", "split", "unsqueeze",
+     "squeeze", "detach", "alias", "as_strided", "reshape")
+)  # fmt: skip
+
+
+def _kernel_ops_of_a_decode_step(layers: int) -> int:
+    """On one rank: the aten ops that are not views in one bf16 decode step of a dp model."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tspbench.measure.runner import RankRun
+
+    model = replace(ModelConfig.preset("small"), n_layers=layers)
+    run = RankRun(Layout("dp"), Workload(model, 2, 64, "decode", "none", "bfloat16", "cpu", decode_tokens=2))
+    cache, seen = run.strategy.allocate_cache(), []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Ops():
+        run.strategy.decode_step(run.model, torch.zeros(2, 1, dtype=torch.long), cache, 1)
+    return sum(name not in VIEW_OPS for name in seen)
+
+
+def test_decode_kernels_are_the_ops_a_step_runs() -> None:
+    """The kernels the decode model prices (costs.decode.decode_kernels) are the non-view ops of
+    a real decode step: one layer more adds KERNELS_PER_LAYER, the rest is the fixed part; a
+    graphed step's launches cost kernels x graph_kernel_us + one replay."""
+    from tspbench.analytic import prices
+    from tspbench.costs import decode as decode_costs
+    from tspbench.dist.launch import launch
+
+    one, two = (launch(_kernel_ops_of_a_decode_step, 1, n)[0] for n in (1, 2))
+    model = replace(ModelConfig.preset("small"), n_layers=2)
+    assert decode_costs.decode_kernels(model) == two
+    assert two - one == decode_costs.KERNELS_PER_LAYER
+    hw = replace(load_hardware("h200"), graph_kernel_us=0.84, graph_replay_us=4.35)
+    assert prices.graph_launch_seconds(hw, 1000) == pytest.approx((1000 * 0.84 + 4.35) * 1e-6)
+    assert prices.graph_launch_seconds(load_hardware("cpu"), 1000) == 0.0

@@ -9,7 +9,9 @@ layout, from tspbench.costs.decode, the strategy's decode declarations and a har
               the compute it names; e.g. TSP's weight shards each behind the GEMMs of the
               shard in hand, per layer max(D gemm_attn, eta D bcast) + (1 - eta) D bcast, the
               MLP ring likewise with D - 1 shifts, the head's ring behind the head GEMMs, the
-              embedding's ring behind nothing; FSDP's block gathers behind the step's compute
+              embedding's ring behind nothing; FSDP's block gathers behind the step's compute;
+              and its kernels replayed as a CUDA graph (prices.graph_launch_seconds: a GPU's
+              bench replays decode's steps so; 0 on a profile that measured no launches)
     TPOT      step k's time grows with the keys it attends (S + k + 1); p50/p90/p99 are the
               percentiles of the N predicted steps (the model has no noise: its tail is the
               cache growing, not jitter), priced from the few steps they fall between

@@ -32,7 +32,7 @@ from tspbench.analytic import prices
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timing import call_seconds, comm_seconds, ranks_per_node, sync_seconds
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.costs.decode import DecodeShape, decode_elementwise_bytes, decode_flops
+from tspbench.costs.decode import DecodeShape, decode_elementwise_bytes, decode_flops, decode_kernels
 from tspbench.dist.mesh import Mesh
 from tspbench.strategy import Traffic, get_strategy
 
@@ -46,10 +46,11 @@ class DecodeStepTime:
     elementwise_s: float
     comm_exposed_s: float  # on the critical path, including overlapped traffic compute could not hide
     comm_hidden_s: float  # traffic that ran under compute
+    launch_s: float = 0.0  # the step's kernels replayed as a CUDA graph (prices.graph_launch_seconds)
 
     @property
     def step_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s + self.comm_exposed_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.comm_exposed_s + self.launch_s
 
 
 def compute_seconds(
@@ -125,7 +126,8 @@ def step_time(
         prices.hidden_exposed(c, h, eta) for c, h in spans
     )
     hidden += sum(h for _, h in spans)
-    return DecodeStepTime(gemm, attention, elementwise, exposed + hidden_cost, hidden - hidden_cost)
+    launch = prices.graph_launch_seconds(hw, decode_kernels(cfg))
+    return DecodeStepTime(gemm, attention, elementwise, exposed + hidden_cost, hidden - hidden_cost, launch)
 
 
 class DecodeSteps(Sequence[DecodeStepTime]):

@@ -17,6 +17,8 @@ price every op here and nowhere else, so a price changes in one place.
                   apart, since only the transfer holds the link
     peer wait     where ranks share a host's cores, a blocking call's wait for its peers after
                   a chunk of compute (``peer_wait_seconds``)
+    launches      a decode step replayed as a CUDA graph: its kernels at the profile's cost per
+                  kernel inside a graph, plus one replay (0 where the profile measured none)
     overlap       hidden traffic behind compute: ``(1 - eta) hidden + max(0, eta hidden -
                   compute)`` still costs time (eta: the profile's overlap efficiency); a
                   window's traffic hides behind at most the window's compute (``behind``)
@@ -83,6 +85,12 @@ def elementwise_seconds(nbytes, gbs):
 def at_share(kernel_s, share, overhead_s: float = 0.0):
     """A kernel's seconds and its per-op overhead at the rank's ``share`` of its device."""
     return (kernel_s + overhead_s) / share
+
+
+def graph_launch_seconds(hw: Hardware, kernels: int) -> float:
+    """What replaying a captured graph of ``kernels`` kernels adds to their work: ``kernels``
+    graph_kernel_us and one graph_replay_us."""
+    return (kernels * hw.graph_kernel_us + hw.graph_replay_us) * 1e-6
 
 
 # ----------------------------------------------------------------------------- communication

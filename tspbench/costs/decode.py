@@ -28,6 +28,12 @@ from tspbench.core.spec import ModelConfig
 from tspbench.costs.flops import rows_gemm_flops
 
 ELEMENTWISE_PASSES = 4  # passes over a step's [rows, h] and [rows, ffn] tensors per layer
+# The ops with a kernel (every aten op but views) of one decode step of the model on one rank
+# holding whole sequences, in bf16: per layer, and outside the layers (embedding, RoPE's angles,
+# the final norm, the head). tests/test_decode_analytic.py counts them on the model itself. On one
+# H200 a graphed step of the 7B ran 1,495 kernels against the 1,303 counted here (cuBLAS and
+# SDPA launch a few more than one kernel per op; results/h200/2026-12-04_149a5a5).
+KERNELS_PER_LAYER, KERNELS_OUTSIDE_LAYERS = 40, 23
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,11 @@ class DecodeFlops:
     attention: float
     weight_bytes: int  # weight matrices the GEMMs read
     cache_bytes: int  # K/V the attention reads (the context and the tail filled so far)
+
+
+def decode_kernels(cfg: ModelConfig) -> int:
+    """Kernels one decode step launches on a rank (KERNELS_PER_LAYER per layer and the rest)."""
+    return cfg.n_layers * KERNELS_PER_LAYER + KERNELS_OUTSIDE_LAYERS
 
 
 def decode_flops(cfg: ModelConfig, s: DecodeShape, step: int) -> DecodeFlops:
