@@ -9,6 +9,7 @@ and write files; the flags and what is printed are here.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -91,7 +92,7 @@ def cmd_timeline_ops(args: argparse.Namespace) -> int:
         if args.calibrate:
             timeline_ops.calibrate(args.calibrate, args.seq_len)
             hardware = str(args.calibrate)
-        say = lambda line: print(line, flush=True)  # noqa: E731
+        say = functools.partial(print, flush=True)
         rows = timeline_ops.measure(out, hardware, args.seq_len, args.repeats, args.runs, say)
     print(timeline_ops.write(out, hardware, rows))
     return 0
