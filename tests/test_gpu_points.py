@@ -1,0 +1,54 @@
+"""The GPU test set (tspbench.checks.gpu_points): every committed GPU measurement scored on the
+shipped profile and on its run's own calibration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.timeline import timeline
+from tspbench.checks.gpu_points import score, scores_table
+from tspbench.core.trace import load_traces
+
+H200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return score(H200, load_hardware("h200"))
+
+
+def test_every_committed_measurement_is_a_row(rows: list[dict]) -> None:
+    expected = set()
+    for path in H200.glob("*/bench/*.json"):
+        record = json.loads(path.read_text())
+        if record["status"] == "completed":
+            whats = ("ttft", "tpot") if record["mode"] == "decode" else ("step",)
+            expected |= {(path.parts[-3], path.stem, what) for what in whats}
+    expected |= {
+        (p.parts[-3], "gpu-check decode/tpot", "tpot") for p in H200.glob("*/gpu_check/decode_tpot.json")
+    }
+    expected |= {(p.parts[-3], "decode probe", "tpot") for p in H200.glob("*/probes/decode_kernels.json")}
+    assert {(r["run"], r["point"], r["what"]) for r in rows} == expected
+
+
+def test_a_step_is_scored_by_replaying_its_trace_on_its_run_s_calibration(rows: list[dict]) -> None:
+    """The same-run timeline error of one point, from the trace and profile.yaml directly."""
+    run = H200 / "2026-12-04_dd1d213"
+    record = json.loads((run / "bench" / "b1_1b_8k_train.json").read_text())
+    traces, _ = load_traces(run / "bench" / "b1_1b_8k_train.npz")
+    replayed = timeline(traces, load_hardware(str(run / "gpu_check" / "profile.yaml")), 1).step_s
+    row = next(r for r in rows if r["run"] == run.name and r["point"] == "b1_1b_8k_train")
+    assert row["timeline_same_run_error"] == pytest.approx(replayed / record["step_time_s"] - 1, rel=1e-12)
+    assert row["measured_s"] == record["step_time_s"]
+
+
+def test_the_table_has_a_line_per_row_and_marks_what_does_not_apply(rows: list[dict]) -> None:
+    table = scores_table(rows).splitlines()
+    assert len(table) == len(rows) + 2
+    run_without_calibration = next(r for r in rows if "model_same_run_error" not in r)
+    line = next(x for x in table if x.startswith(f"| {run_without_calibration['run']} |"))
+    assert line.rstrip(" |").endswith("-")
