@@ -234,7 +234,9 @@ def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = 
         fixed_saved=2 * T * (s.q // s.heads) * s.elt + B * T * (9 if vocab_parallel else 8),
         head_saved=head_saved,
         head_forward_work=logits * s.elt + upcast,
-        head_backward_work=(0 if vocab_parallel else 2 * logits * ce) + upcast + s.act(T, s.hidden),
+        # the whole-vocab loss's backward reuses the upcast logits' memory (2 [B, T, V] in fp32 at
+        # most); a vocab-parallel loss keeps the upcast beside its own working tensors
+        head_backward_work=(upcast if vocab_parallel else 2 * logits * ce) + s.act(T, s.hidden),
         prefill_head=logits * s.elt + s.act(T, s.hidden),
     )
 
