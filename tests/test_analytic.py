@@ -80,7 +80,7 @@ def measured(request: pytest.FixtureRequest) -> dict:
 def test_model_matches_measurement(measured: dict) -> None:
     failures = []
     for (layout, workload), ranks in measured.items():
-        p = predict(layout, workload, "cpu")
+        p = predict(layout, workload, load_hardware("cpu"))
         top = max(ranks, key=lambda r: r["memory"].peak_bytes)
         peak = top["memory"].peak_bytes
         flops = max(r["flops"] for r in ranks)
@@ -143,17 +143,17 @@ def test_predict_json_for_the_paper_model(capsys: pytest.CaptureFixture) -> None
 
 def test_tsp_memory_below_every_baseline_on_one_node() -> None:
     """The paper's single-node claim, as the model sees it: 7B on 8 GPUs, every sequence."""
-    cfg = ModelConfig.preset("7b")
+    cfg, mi300x = ModelConfig.preset("7b"), load_hardware("mi300x")
     for seq in (16384, 32768, 65536, 131072):
         workload = Workload(cfg, 1, seq, "train", "full", "bfloat16", "cuda")
-        tsp = predict(Layout("tsp", tsp=8), workload, "mi300x").memory.peak_bytes
+        tsp = predict(Layout("tsp", tsp=8), workload, mi300x).memory.peak_bytes
         for layout in (
             Layout("tp", tp=8),
             Layout("sp", sp=8),
             Layout("tp_sp", tp=2, sp=4),
             Layout("tp_sp", tp=4, sp=2),
         ):
-            assert tsp < predict(layout, workload, "mi300x").memory.peak_bytes, (seq, layout)
+            assert tsp < predict(layout, workload, mi300x).memory.peak_bytes, (seq, layout)
 
 
 def test_crossover_matches_the_papers_condition() -> None:

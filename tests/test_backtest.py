@@ -78,7 +78,7 @@ def test_the_error_is_predicted_over_published_minus_one(rows) -> None:
     model = ModelConfig(4096, 32, 32, 8, 14336, vocab_size=128256, rope_theta=500000.0, name="llama3.1-8b")
     workload = Workload(model, 2, 8192, "train", "selective", "bfloat16", "cuda")
     for kind, profile in (("assumed", "h100-96gb-500w"), ("calibrated", "h100-96gb-500w-calibrated")):
-        step = predict(Layout("fsdp", fsdp=8), workload, profile).step_time_s
+        step = predict(Layout("fsdp", fsdp=8), workload, load_hardware(profile)).step_time_s
         assert rows["tt-8b-fsdp8"][f"{kind}_error"] == pytest.approx(2 * 8192 / step / 5762 - 1, rel=1e-9)
     traces, _ = load_traces(
         fake_record_path(FILE.parent, Layout("fsdp", fsdp=8), workload).with_suffix(".npz")

@@ -185,12 +185,14 @@ def _one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_predict_decode_gives_the_decode_model(capsys) -> None:
     """predict --mode decode is the model plan-decode ranks by (it used to raise KeyError)."""
     from tspbench.analytic.decode import predict_decode
+    from tspbench.analytic.hardware import load_hardware
     from tspbench.core.spec import Layout, ModelConfig
 
     argv = ["predict", *TP2_DECODE, "--decode-tokens", "4", "--batch", "2"]
     assert main([*argv, "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
-    model = predict_decode(Layout("tp", tp=2), ModelConfig.preset("7b"), 2, 512, 4, "bfloat16", "mi300x")
+    mi300x = load_hardware("mi300x")
+    model = predict_decode(Layout("tp", tp=2), ModelConfig.preset("7b"), 2, 512, 4, "bfloat16", mi300x)
     assert record["mode"] == "decode" and record["decode_tokens"] == 4 and record["source"] == "predicted"
     assert record["tpot_p50_s"] == model.tpot_s() and record["ttft_s"] == model.ttft_s
     assert record["kv_cache_bytes"] == model.kv_cache_bytes

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 from tspbench.measure.fake import fake_bench
@@ -25,7 +26,8 @@ def test_a_simulated_gpu_runs_its_profiles_attention_kernel(
 ) -> None:
     workload = Workload(ModelConfig.preset("tiny"), 1, 256, "train", "none", "bfloat16", "cuda")
     path = tmp_path / "trace.npz"
-    record = fake_bench(Layout("tsp", tsp=2), workload, hardware=hardware, trace_path=path)
+    profile = choose_profile(hardware, device="cuda", measured=False)
+    record = fake_bench(Layout("tsp", tsp=2), workload, hardware=profile, trace_path=path)
     assert record["status"] == "completed", record.get("error")
     assert record["attention_kernel"] == kernel
     traces, _ = load_traces(path)

@@ -18,9 +18,9 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
 from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import profile_name
 from tspbench.analytic.timeline import Timeline, op_times, timeline
 from tspbench.core.trace import COMPUTE, VIEW, load_traces
-from tspbench.measure.replayed import profile_name
 from tspbench.report import gantt
 from tspbench.report.build import report, with_run_dirs
 from tspbench.report.frame import context, prepare

@@ -4,7 +4,8 @@ One real point (tiny preset, TP 2 on CPU, one timed step): its ``mfu`` must be t
 per second per rank over the peak of the profile the test reads itself (the ``cpu`` profile's
 ``peak_tflops``), the record must name the FLOP convention and where the peak comes from, and
 the report's summary must show the figure for the measured row. GPU names pick their shipped
-profile; a GPU without one gets no MFU and a reason, never a CPU or a wrong GPU's peak.
+profile; a GPU without one, or a run priced on another kind of device's profile, gets no MFU
+and a reason, never a CPU's or a wrong GPU's peak.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from tspbench.analytic.mfu import device_profile
+from tspbench.analytic.mfu import mfu_fields
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
 from tspbench.report.frame import prepare
@@ -25,12 +27,13 @@ pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, no
 
 PROFILES = Path(__file__).resolve().parents[1] / "tspbench" / "analytic" / "profiles"
 LAYOUT = Layout("tp", tp=2)
+A_STEP = {"model_flops_per_step": 1e15, "step_time_s": 1.0}
 
 
 @pytest.fixture(scope="module")
 def record() -> dict:
     workload = Workload(ModelConfig.preset("tiny"), 1, 256, "train", dtype="float32")
-    out = bench(LAYOUT, workload, steps=1, warmup=1, hardware="cpu")
+    out = bench(LAYOUT, workload, steps=1, warmup=1)  # priced on the device's profile: cpu
     assert out["status"] == "completed", out["error"]
     return out
 
@@ -58,22 +61,32 @@ def test_the_report_summary_shows_mfu_for_measured_rows(record: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("device", "hardware", "name", "profile"),
+    ("device", "named", "name", "profile"),
     [
         ("cuda", None, "NVIDIA H200", "h200"),
         ("cuda", None, "NVIDIA A100-SXM4-80GB", "a100"),
         ("cuda", "mi300x", "AMD Instinct MI300X", "mi300x"),
-        ("cpu", "mi300x", "x86_64", "cpu"),  # a GPU's profile does not describe a CPU run
+        ("cpu", None, "x86_64", "cpu"),
     ],
 )
 def test_the_peak_is_the_profile_of_the_device_the_point_ran_on(
-    device: str, hardware: str | None, name: str, profile: str
+    device: str, named: str | None, name: str, profile: str
 ) -> None:
-    hw, why = device_profile(device, hardware, name)
-    assert hw is not None and why.startswith(f"{profile} profile")
-    assert hw.peak_tflops == yaml.safe_load((PROFILES / f"{profile}.yaml").read_text())["peak_tflops"]
+    choice = choose_profile(named, device=device, device_name=name, measured=True)
+    out = mfu_fields(LAYOUT, A_STEP, choice)
+    assert out["mfu_peak_source"].startswith(f"{profile} profile") and out["mfu"] is not None
+    assert out["mfu_peak_tflops"] == yaml.safe_load((PROFILES / f"{profile}.yaml").read_text())["peak_tflops"]
 
 
-def test_a_gpu_without_a_profile_gets_no_mfu_and_a_reason() -> None:
-    hw, why = device_profile("cuda", None, "Some Future GPU")
-    assert hw is None and "no hardware profile for 'Some Future GPU'" in why and "--hardware" in why
+@pytest.mark.parametrize(
+    ("device", "named", "name"),
+    [("cuda", None, "Some Future GPU"), ("cpu", "mi300x", "x86_64")],  # no profile; a GPU's for a CPU run
+)
+def test_a_profile_that_is_not_the_devices_gives_no_mfu_and_a_reason(
+    device: str, named: str | None, name: str
+) -> None:
+    choice = choose_profile(named, device=device, device_name=name, measured=True)
+    out = mfu_fields(LAYOUT, A_STEP, choice)
+    assert out["mfu"] is None and out["mfu_peak_tflops"] is None
+    assert "does not describe the device" in out["mfu_peak_source"], out["mfu_peak_source"]
+    assert named or ("'Some Future GPU'" in choice.reason and "--hardware" in choice.reason)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tspbench.analytic.hardware import load_hardware
 from tspbench.checks import timeline_ops
 from tspbench.sweep.reprice import reprice_run
 
@@ -62,7 +63,7 @@ def test_the_stored_op_level_check_replays_to_itself(tmp_path: Path) -> None:
     stored = json.loads((RESULTS / "timeline_check" / "ops.json").read_text())
     profile = RESULTS.parent / stored["hardware"]
 
-    again = timeline_ops.reprice(RESULTS / "timeline_check", str(profile))
+    again = timeline_ops.reprice(RESULTS / "timeline_check", load_hardware(str(profile)))
 
     assert [r["layout"] for r in again] == [r["layout"] for r in stored["rows"]]
     for new, old in zip(again, stored["rows"], strict=True):

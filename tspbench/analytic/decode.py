@@ -37,7 +37,7 @@ from tspbench.analytic.decode_step import (
     steps_ordered,
     windows,
 )
-from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.timing import ranks_per_node
 from tspbench.core.bus import BUS_FACTOR
@@ -150,10 +150,10 @@ def predict_decode(
     context: int,
     decode_tokens: int,
     dtype: str,
-    hardware: Hardware | str,
+    hw: Hardware,
 ) -> DecodePrediction:
-    """The decode model of one point: B sequences per replica, S context, N generated tokens."""
-    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    """The decode model of one point: B sequences per replica, S context, N generated tokens,
+    on the profile ``hw``."""
     prefill = predict(layout, Workload(model, batch, context, "infer", dtype=dtype, device="cuda"), hw)
     workload = Workload(
         model, batch, context, "decode", dtype=dtype, device="cuda", decode_tokens=decode_tokens
@@ -172,8 +172,8 @@ def predict_decode(
     )
 
 
-def decode_record(layout: Layout, workload: Workload, hardware: str) -> dict[str, object]:
+def decode_record(layout: Layout, workload: Workload, hw: Hardware) -> dict[str, object]:
     """A projected decode point as a record (the sweep's predict executor, mode "decode")."""
     n = workload.decode_tokens
-    p = predict_decode(layout, workload.model, workload.batch, workload.seq_len, n, workload.dtype, hardware)
+    p = predict_decode(layout, workload.model, workload.batch, workload.seq_len, n, workload.dtype, hw)
     return {**point_record(layout, workload, "predicted"), **p.record()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timing import StepTime, step_time
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
@@ -116,9 +116,8 @@ class Prediction:
         }
 
 
-def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Prediction:
-    """The analytic model of one point (no process is started)."""
-    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+def predict(layout: Layout, workload: Workload, hw: Hardware) -> Prediction:
+    """The analytic model of one point on the profile ``hw`` (no process is started)."""
     cls = check_layout(layout, workload)
     sized = cls.for_analysis(layout, workload)
     terms = sized.activation_terms()
@@ -137,9 +136,9 @@ def predict(layout: Layout, workload: Workload, hardware: Hardware | str) -> Pre
     return Prediction(layout, workload, hw, memory, comm, flops, model_flops, time)
 
 
-def predict_record(layout: Layout, workload: Workload, hardware: str) -> dict[str, object]:
+def predict_record(layout: Layout, workload: Workload, hw: Hardware) -> dict[str, object]:
     """A record of the same schema as ``tspbench bench`` (status completed), from the model alone."""
-    p = predict(layout, workload, hardware)
+    p = predict(layout, workload, hw)
     record: dict[str, object] = {
         **point_record(layout, workload),
         "status": "completed",

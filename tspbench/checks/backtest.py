@@ -29,8 +29,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
+from tspbench.analytic.profile_choice import named_profile
 from tspbench.checks.published import Entry, Published, fake_record_path, read_fake_record
 from tspbench.core.errors import DamagedFileError, ExperimentError
 from tspbench.core.spec import Layout, Workload
@@ -144,7 +145,7 @@ def _stored(read: Callable[[], T], damaged: list[str]) -> T | None:
 
 def _hardware(name: str, cache: dict[str, Hardware]) -> Hardware:
     if name not in cache:
-        cache[name] = load_hardware(name)
+        cache[name] = named_profile(name)
     return cache[name]
 
 
@@ -327,7 +328,7 @@ def fit_profiles(published: Published) -> dict[str, dict[str, Any]]:
         names = published.profiles[e.hardware["profile"]]
         target = names["calibrated_compile"] if e.compile else names["calibrated"]
         try:
-            passes = fit_passes(e, load_hardware(names["assumed"]))
+            passes = fit_passes(e, named_profile(names["assumed"]))
         except ValueError as exc:
             raise ExperimentError(f"{published.path}: {exc}") from None
         fit = fits.setdefault(target, {"from": names["assumed"], "entries": {}})

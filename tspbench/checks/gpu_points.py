@@ -21,8 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from tspbench.analytic.decode import predict_decode
-from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import predict
+from tspbench.analytic.profile_choice import named_profile
 from tspbench.core.files import write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
@@ -90,7 +91,7 @@ def measured_points(run: Path) -> list[Measured]:
 def same_run_profile(run: Path) -> Hardware | None:
     """The profile gpu-check's calibrate wrote in ``run`` (gpu_check/profile.yaml), if it finished."""
     path = run / "gpu_check" / "profile.yaml"
-    return load_hardware(str(path)) if path.is_file() else None
+    return named_profile(str(path)) if path.is_file() else None
 
 
 def predicted(m: Measured, hw: Hardware) -> tuple[float, float | None]:

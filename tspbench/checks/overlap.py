@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.dist import comm
 from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
@@ -117,12 +117,10 @@ def study(worlds: tuple[int, ...], rounds: int, seed: int = 0) -> list[dict[str,
     return rows
 
 
-def overlap(
-    worlds: tuple[int, ...], rounds: int, hardware: str = "cpu", out: Path | None = None
-) -> dict[str, object]:
-    """The study's rows beside what ``hardware``'s profile assumes; written to ``out`` (JSON)
-    when given (the study stores nothing by default: its numbers are this host's of the day)."""
-    result = {"assumed_overlap_efficiency": load_hardware(hardware).overlap_efficiency,
+def overlap(worlds: tuple[int, ...], rounds: int, hw: Hardware, out: Path | None = None) -> dict[str, object]:
+    """The study's rows beside what the profile ``hw`` assumes; written to ``out`` (JSON) when
+    given (the study stores nothing by default: its numbers are this host's of the day)."""
+    result = {"assumed_overlap_efficiency": hw.overlap_efficiency,
               "rows": study(worlds, rounds)}  # fmt: skip
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

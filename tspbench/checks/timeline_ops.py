@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timeline import Costs, Timeline, kind_seconds
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
@@ -171,14 +171,14 @@ def table(rows: list[dict], hardware: str) -> str:
 
 def measure(
     out: Path,
-    hardware: str,
+    hw: Hardware,
     seq_len: int,
     repeats: int,
     runs: int,
     say: Callable[[str], None] = lambda _: None,
 ) -> list[dict]:
-    """Trace and profile every layout in ``runs`` launches; keep the first launch's traces.
-    ``say`` hears one line per launch."""
+    """Trace and profile every layout in ``runs`` launches; keep the first launch's traces; replay
+    them on the profile ``hw``. ``say`` hears one line per launch."""
     workload = Workload(ModelConfig.preset("small"), 1, seq_len, "train", "none", "float32")
     measured: dict[str, list[list[dict]]] = {layout.describe(): [] for layout in LAYOUTS}
     for n in range(runs):  # every other run in reverse order: the host's drift spreads over layouts
@@ -189,7 +189,6 @@ def measure(
             say(f"run {n + 1}/{runs}: {layout.describe()}")
     for name, launches in measured.items():
         save_traces(trace_path(out, name), [r["trace"] for r in launches[0]], {"layout": name})
-    hw = load_hardware(hardware)
     return [check(layout, measured[layout.describe()], hw) for layout in LAYOUTS]
 
 
@@ -201,11 +200,11 @@ def calibrate(out: Path, seq_len: int) -> None:
     subprocess.run(command, check=True)
 
 
-def reprice(out: Path, hardware: str) -> list[dict]:
-    """The stored rows replayed again from their stored traces (nothing measured)."""
+def reprice(out: Path, hw: Hardware) -> list[dict]:
+    """The stored rows replayed again from their stored traces on the profile ``hw`` (nothing
+    measured)."""
     stored = json.loads((out / "ops.json").read_text())["rows"]
     traces = {row["layout"]: load_traces(trace_path(out, row["layout"]))[0] for row in stored}
-    hw = load_hardware(hardware)
     return [replayed(row, traces[row["layout"]], hw) for row in stored]
 
 

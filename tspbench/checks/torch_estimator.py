@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import flop_registry
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timeline import Costs, kernel_seconds, kind_seconds
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import CLASS_NAMES, op_class
@@ -35,11 +35,10 @@ from tspbench.measure.runner import RankRun
 from tspbench.measure.simulated_gpu import simulated_gpu
 
 
-def estimate(seq_len: int, hardware: str) -> dict[str, object]:
+def estimate(seq_len: int, hw: Hardware) -> dict[str, object]:
     from torch.distributed._tools import runtime_estimator as rte
     from torch.utils import _runtime_estimation as rt
 
-    hw = load_hardware(hardware)
     per_kind: dict[str, float] = defaultdict(float)
     per_op: dict[str, float] = defaultdict(float)
     roofline = rte.RuntimeEstimator._roofline_estimate.__func__
@@ -81,7 +80,7 @@ def estimate(seq_len: int, hardware: str) -> dict[str, object]:
     gaps = sorted(set(per_op) | set(our_op), key=lambda n: -abs(per_op.get(n, 0) - our_op.get(n, 0)))[:8]
     kinds = ("gemm", "attention", "elementwise")
     return {
-        "hardware": hardware,
+        "hardware": hw.name,
         "seq_len": seq_len,
         "torch_total_s": estimator.total_runtime / 1e3,
         "torch_s": {k: per_kind.get(k, 0.0) for k in kinds},
@@ -102,11 +101,11 @@ def same_formula(rt, func, args, kwargs) -> tuple[object, float]:
     return out, max(rt.get_transfer_time(flat_in, flat_out), rt.flops_to_ns(flops, dtype)) / 1e6
 
 
-def torch_estimator(out: Path, hardware: str = "h100", seq_len: int = 8192) -> dict[str, object]:
-    """``estimate`` in a fake-world worker (the shim that lets autograd take fake CUDA tensors is
-    preloaded there), written to ``out``/torch_estimator.json and returned."""
+def torch_estimator(out: Path, hw: Hardware, seq_len: int = 8192) -> dict[str, object]:
+    """``estimate`` on the profile ``hw`` in a fake-world worker (the shim that lets autograd take
+    fake CUDA tensors is preloaded there), written to ``out``/torch_estimator.json and returned."""
     env = fake_cuda.preload_env("cuda")
-    result = run_fake_ranks(estimate, [0], 1, seq_len, hardware, workers=1, env=env)[0]
+    result = run_fake_ranks(estimate, [0], 1, seq_len, hw, workers=1, env=env)[0]
     out.mkdir(parents=True, exist_ok=True)
     (out / "torch_estimator.json").write_text(json.dumps(result, indent=2))
     return result

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import named_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 from tspbench.measure.fake import fake_bench
@@ -42,7 +42,7 @@ def trace_cost(out: Path, rounds: int = 2) -> dict:
     replay = {}
     for name in ("mi300x", "h100"):
         start = time.perf_counter()
-        reprice(group, traces, load_hardware(name))
+        reprice(group, traces, named_profile(name))
         replay[name] = time.perf_counter() - start
     result = {
         "point": f"{LAYOUT.describe()}, 7b, 131072 tokens, train, full recompute, bf16, simulated cuda",

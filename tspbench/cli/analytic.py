@@ -14,9 +14,10 @@ from typing import Any, Protocol
 import yaml
 
 from tspbench.analytic.decode import DecodePrediction, predict_decode
-from tspbench.analytic.hardware import Hardware, available_hardware, load_hardware
+from tspbench.analytic.hardware import Hardware, available_hardware
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.cli.args import (
     MAX_GPUS,
     RECOMPUTE_HELP,
@@ -136,15 +137,15 @@ def add_dtype_and_hardware(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--hardware",
-        default="mi300x",
         help=f"the GPU and network priced: a profile name ({', '.join(available_hardware())}) or a "
-        ".yaml path (default mi300x)",
+        ".yaml path (default mi300x, the paper's GPU)",
     )
 
 
 def hardware_of(args: argparse.Namespace) -> Hardware:
-    """--hardware's profile, with --gpus-per-node in place of its own when given."""
-    hw = load_hardware(args.hardware)
+    """The point's profile (--hardware, else the paper's MI300X: tspbench.analytic.profile_choice),
+    with --gpus-per-node in place of its own when given."""
+    hw = choose_profile(args.hardware, device="cuda", measured=False).hardware
     return replace(hw, gpus_per_node=args.gpus_per_node) if getattr(args, "gpus_per_node", None) else hw
 
 

@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
-    from tspbench.analytic.hardware import load_hardware
+    from tspbench.analytic.profile_choice import named_profile
     from tspbench.checks.backtest import backtest_rows, fit_profiles, summarize
     from tspbench.checks.published import load_published
 
@@ -57,7 +57,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     results = args.file.parent
     if args.fit:
         for name, fit in fit_profiles(published).items():
-            held = load_hardware(name).elementwise_passes["train"]
+            held = named_profile(name).elementwise_passes["train"]
             cells = ", ".join(f"{k} {v:.2f}" for k, v in fit["entries"].items())
             fitted = fit["train_passes"]
             print(f"{name}: train passes {fitted:.2f} (from {cells}; on {fit['from']}); profile holds {held}")

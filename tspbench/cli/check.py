@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from tspbench.analytic.profile_choice import named_profile
 from tspbench.cli import backtest
 from tspbench.cli.args import output_path, positive_int
 
@@ -87,13 +88,14 @@ def cmd_timeline_ops(args: argparse.Namespace) -> int:
     out = output_path(args.out, "--out", folder=True)
     hardware = args.hardware
     if args.reprice:
-        rows = timeline_ops.reprice(out, hardware)
+        rows = timeline_ops.reprice(out, named_profile(hardware))
     else:
         if args.calibrate:
             timeline_ops.calibrate(args.calibrate, args.seq_len)
             hardware = str(args.calibrate)
         say = functools.partial(print, flush=True)
-        rows = timeline_ops.measure(out, hardware, args.seq_len, args.repeats, args.runs, say)
+        hw = named_profile(hardware)
+        rows = timeline_ops.measure(out, hw, args.seq_len, args.repeats, args.runs, say)
     print(timeline_ops.write(out, hardware, rows))
     return 0
 
@@ -102,7 +104,7 @@ def cmd_torch_estimator(args: argparse.Namespace) -> int:
     from tspbench.checks.torch_estimator import torch_estimator
 
     out = output_path(args.out, "--out", folder=True)
-    print(json.dumps(torch_estimator(out, args.hardware, args.seq_len), indent=2))
+    print(json.dumps(torch_estimator(out, named_profile(args.hardware), args.seq_len), indent=2))
     return 0
 
 
@@ -110,7 +112,7 @@ def cmd_overlap(args: argparse.Namespace) -> int:
     from tspbench.checks.overlap import overlap
 
     out = None if args.out is None else output_path(args.out, "--out", folder=False)
-    result = overlap(tuple(args.worlds), args.rounds, args.hardware, out)
+    result = overlap(tuple(args.worlds), args.rounds, named_profile(args.hardware), out)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.cli.args import (
     STEPS_HELP,
     add_common_run_args,
@@ -17,10 +18,11 @@ from tspbench.cli.args import (
     output_path,
     positive_int,
 )
+from tspbench.cli.bench_text import print_record
 from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import UsageError
 from tspbench.core.files import check_suffix
-from tspbench.core.names import AXES, DEVICES, DTYPES, MODES
+from tspbench.core.names import DEVICES, DTYPES, MODES
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import format_bytes
 from tspbench.strategy import available
@@ -77,8 +79,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capacity", type=byte_size, help="simulated device memory on CPU, e.g. 512MiB")
     p.add_argument(
         "--hardware",
-        help="profile the model and the timeline price the step on (default: cpu; mi300x for a "
-        "simulated GPU)",
+        help="profile the model, the timeline and MFU price the step on (default: the device's: cpu, "
+        "or the GPU's by its name; with --fake, mi300x for a simulated GPU)",
     )
     p.add_argument(
         "--trace",
@@ -179,10 +181,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     args.device = args.device or ("cuda" if args.fake else "cpu")
     if args.fake_ranks is not None and not args.fake:
         raise UsageError("--fake-ranks needs --fake")
-    from tspbench.measure.replayed import default_hardware
-
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
-    args.hardware = args.hardware or default_hardware(workload)
     if args.trace is not None:
         output_path(args.trace, "--trace", folder=False)
         check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
@@ -190,7 +189,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError("--trace: a decode run is not traced (train and infer steps are)")
     if args.fake:
         check_fake_args(args, layout)
-        record = bench_fake(args, layout, workload)
+    hardware = bench_profile(args, workload)
+    if args.fake:
+        record = bench_fake(args, layout, workload, hardware)
     else:
         from tspbench.measure.bench import bench
 
@@ -202,7 +203,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             1 if args.repeats is None else args.repeats,
             args.capacity,
             args.timeout,
-            args.hardware,
+            hardware,
             args.trace,
             decode_graphs=decode_graphs_arg(args, workload),
         )
@@ -213,6 +214,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if record.get("trace_error"):  # printed after the record: the measurement is not lost
         raise UsageError(f"--trace: {record['trace_error']}")
     return 0 if record["status"] == "completed" else 1
+
+
+def bench_profile(args: argparse.Namespace, workload: Workload) -> HardwareChoice:
+    """The point's one profile (tspbench.analytic.profile_choice): --hardware, else the device's
+    (a measured GPU's by its name; a fake world's simulated GPU: the paper's MI300X)."""
+    from tspbench.measure.env import device_name
+
+    measured = not args.fake
+    name = device_name(workload.device) if measured and not args.hardware else ""
+    return choose_profile(args.hardware, device=workload.device, device_name=name, measured=measured)
 
 
 def decode_graphs_arg(args: argparse.Namespace, workload) -> bool | None:
@@ -246,7 +257,9 @@ def check_fake_args(args: argparse.Namespace, layout: Layout) -> None:
         raise UsageError(f"--fake-ranks: rank(s) {twice} named more than once; name each rank once")
 
 
-def bench_fake(args: argparse.Namespace, layout: Layout, workload: Workload) -> dict:
+def bench_fake(
+    args: argparse.Namespace, layout: Layout, workload: Workload, hardware: HardwareChoice
+) -> dict:
     """``bench --fake``: its ranks run one after another (a 7B rank takes about a minute), so a
     bar (or a line per rank) on stderr says how far it is; stdout keeps the record alone."""
     from tspbench.dist.fake_world import FakeWorld
@@ -262,145 +275,13 @@ def bench_fake(args: argparse.Namespace, layout: Layout, workload: Workload) -> 
                 workload,
                 args.capacity,
                 args.timeout,
-                args.hardware,
+                hardware,
                 args.fake_ranks,
                 world,
                 args.trace,
             )
     finally:
         progress.close()
-
-
-def print_record(r: dict) -> None:
-    print(
-        f"{r['strategy']}  {' '.join(f'{a}{r[a]}' for a in AXES)}  {r['model']}  "
-        f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
-    )
-    if r["status"] != "completed":  # one line; the record (--json) keeps the rank's traceback
-        print(first_line(r.get("error") or ""))
-        return
-    if r["mode"] == "decode":
-        print_decode(r)
-        return
-    if r.get("source") == "fake":
-        print_fake(r)
-        return
-    print(
-        f"  step time     {r['step_time_s'] * 1e3:10.1f} ms  (p10 {r['step_time_p10_s'] * 1e3:.1f}, "
-        f"p90 {r['step_time_p90_s'] * 1e3:.1f})"
-    )
-    print(f"  tokens/s/GPU  {r['tokens_per_s_per_gpu']:10.1f}      TFLOP/s/GPU {r['tflops_per_gpu']:.4f}")
-    if r.get("mfu") is not None:
-        which = r["mfu_peak_source"].split(":")[0]  # the profile, and why that one
-        print(f"  MFU           {r['mfu']:10.1%}      of {r['mfu_peak_tflops']:g} TFLOP/s/GPU, {which}")
-    peak, rank = format_bytes(r["peak_memory_bytes"]), r["peak_memory_rank"]
-    print(f"  peak memory   {peak:>13} (max over ranks, rank {rank})")
-    for cat in ("parameters", "gradients", "optimizer", "activations", "other"):
-        print(f"    {cat:<12}{format_bytes(r[f'peak_memory_{cat}_bytes']):>13}")
-    print(f"  comm/step     {format_bytes(r['comm_bytes_per_step']):>13} bus bytes (max over ranks)")
-    print_predicted(r)
-    print_predicted_time(r)
-
-
-def print_predicted_time(r: dict) -> None:
-    """The time model's step beside the measured one (its error, as for memory above), then the
-    traced step's replay on the same profile beside the measured one."""
-    if not r.get("predicted_step_time_s"):
-        return
-    line = f"                step {ms(r['predicted_step_time_s'])}"
-    if r.get("predicted_step_time_error") is not None:
-        line += f" ({r['predicted_step_time_error']:+.1%} vs measured)"
-    line += f" on {r['predicted_hardware']}"
-    if r.get("timeline_step_time_s") and r.get("timeline_step_time_error") is not None:
-        line += (
-            f"; the traced step replayed on {r['timeline_hardware']}: {ms(r['timeline_step_time_s'])} "
-            f"({r['timeline_step_time_error']:+.1%})"
-        )
-    print(line)
-
-
-def print_predicted(r: dict) -> None:
-    """The model's peak and comm beside what was measured or executed, with their errors."""
-    print(
-        f"  predicted     peak {format_bytes(r['predicted_peak_memory_bytes'])} "
-        f"({r['predicted_memory_error']:+.1%}), comm {format_bytes(r['predicted_comm_bytes_per_step'])}, "
-        f"hardware FLOPs {r['predicted_flops_error']:+.2%} vs counted"
-    )
-
-
-def ms(seconds: float) -> str:
-    """'38.4 ms', '0.233 ms', '1,204 ms': three significant figures, or whole milliseconds."""
-    value = seconds * 1e3
-    return f"{value:,.0f} ms" if value >= 100 else f"{value:.3g} ms"
-
-
-def first_line(text: str) -> str:
-    """The first non-empty line of an error ("rank 1 raised OutOfMemoryError: ..."), not its
-    traceback."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-def print_fake(r: dict) -> None:
-    """A fake-world record: memory per executed rank, comm, FLOPs, the model beside them."""
-    ranks = r["fake_ranks"]
-    shown = ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
-    print(f"  executed in a fake world of {r['world_size']} ranks: ranks {shown}, {r['fake_seconds']:.1f} s")
-    peak, rank, phase = format_bytes(r["peak_memory_bytes"]), r["peak_memory_rank"], r["peak_memory_phase"]
-    print(f"  peak memory   {peak:>13} (max over ranks, rank {rank}, {phase})")
-    cats = ("parameters", "gradients", "optimizer", "activations", "other")
-    print("    rank " + "".join(f"{c:>13}" for c in cats))
-    for row in r["peak_memory_by_rank"][:16]:
-        print(f"    {row['rank']:>4} " + "".join(f"{format_bytes(row[c]):>13}" for c in cats))
-    print(f"  comm/step     {format_bytes(r['comm_bytes_per_step']):>13} bus bytes (max over ranks)")
-    print(f"  hardware FLOPs/step/GPU {r['hardware_flops_per_step_per_gpu']:.4g}")
-    if r.get("timeline_step_time_s"):
-        print(
-            f"  step time     no measured time; the traced step replayed on {r['timeline_hardware']}: "
-            f"{ms(r['timeline_step_time_s'])}"
-        )
-    print_predicted(r)
-    predicted, replayed = r.get("predicted_step_time_s"), r.get("timeline_step_time_s")
-    if predicted and replayed:
-        print(
-            f"                step {ms(predicted)} ({predicted / replayed - 1:+.1%} vs the replay) "
-            f"on {r['predicted_hardware']}"
-        )
-
-
-def print_decode(r: dict) -> None:
-    """A decode record, measured (TTFT, TPOT, energy) or executed in a fake world (no time)."""
-    ms = 1e3
-    if r.get("source") == "fake":
-        print(f"  executed in a fake world of {r['world_size']} ranks: ranks {r['fake_ranks']} (no time)")
-    else:
-        print(
-            f"  TTFT {r['ttft_s'] * ms:.1f} ms   TPOT p50 {r['tpot_p50_s'] * ms:.2f}  p90 "
-            f"{r['tpot_p90_s'] * ms:.2f}  p99 {r['tpot_p99_s'] * ms:.2f} ms   "
-            f"{r['decode_tokens_per_s']:.1f} tokens/s"
-        )
-        energy = r.get("energy_per_token_j")
-        print(
-            f"  energy/token  {energy:.4g} J"
-            if energy is not None
-            else f"  energy: {r['energy_unavailable']}"
-        )
-    print(
-        f"  peak memory   {format_bytes(r['peak_memory_bytes']):>13} (max over ranks, rank "
-        f"{r['peak_memory_rank']}); KV cache {format_bytes(r['kv_cache_bytes'])}"
-    )
-    print(f"  comm/decode step {format_bytes(r['decode_comm_bytes_per_step'])} bus bytes (busiest rank)")
-    print(
-        f"  hardware FLOPs/GPU: prefill {r['hardware_flops_prefill_per_gpu']:.4g}, "
-        f"decode step {r['hardware_flops_per_decode_step_per_gpu']:.4g}"
-    )
-    errors = [
-        f"{c.removeprefix('predicted_').removesuffix('_error')} {r[c]:+.1%}"
-        for c in sorted(r)
-        if c.startswith("predicted_") and c.endswith("_error")
-    ]
-    print(
-        f"  predicted on {r['predicted_hardware']}: " + (", ".join(errors) or "no measured column to compare")
-    )
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="replay a stored step trace (trace.npz: bench --trace, run.trace) on a hardware profile",
     )
     p.add_argument("traces", type=Path, help="a trace.npz, or a run folder that holds one")
-    p.add_argument("--hardware", default="mi300x", help="profile name or .yaml path (default: mi300x)")
+    p.add_argument("--hardware", help="profile name or .yaml path (default: mi300x, the paper's GPU)")
     p.add_argument(
         "--world-size", type=positive_int, help="the job's world size (default: as recorded; at least the "
         "ranks the trace names)"
@@ -34,7 +34,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from tspbench.analytic.chrome import write_chrome_trace
-    from tspbench.analytic.hardware import load_hardware
+    from tspbench.analytic.profile_choice import choose_profile
     from tspbench.core.trace import load_traces
     from tspbench.measure.replayed import reprice
 
@@ -46,8 +46,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         check_suffix(args.trace, "--trace", (".json", ".json.gz"))
     traces, meta = load_traces(path)  # a damaged file: one line naming it (DamagedFileError)
     world = world_size(args.world_size, traces, meta, path)
-    tl = reprice({**meta, "world_size": world}, traces, load_hardware(args.hardware))
-    record = {"traces": str(path), "timeline_hardware": args.hardware, **meta, **tl.to_record()}
+    choice = choose_profile(args.hardware, device="cuda", measured=False)
+    tl = reprice({**meta, "world_size": world}, traces, choice.hardware)
+    record = {"traces": str(path), "timeline_hardware": choice.label, **meta, **tl.to_record()}
     failed: OutputError | None = None
     try:
         if args.trace is not None:
@@ -57,7 +58,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(record, indent=2))
     else:
-        print(f"{path}: {len(traces)} rank(s) of a world of {world}, replayed on {args.hardware}")
+        print(f"{path}: {len(traces)} rank(s) of a world of {world}, replayed on {choice.label}")
         print_timeline(tl)
     if failed is not None:
         raise failed

@@ -67,6 +67,7 @@ FIELDS: tuple[Field, ...] = (
     _f("repeats", "rounds", "run", "rounds of timed steps"),
     _f("capacity_bytes", "B", "run", "simulated device capacity (CPU), None: none"),
     _f("hardware", "", "run", "the hardware profile a predicted record is for"),
+    _f("hardware_choice", "", "run", "the one profile time, timeline and MFU are priced on, and why"),
     _f("env_<key>", "", "run", "the environment: versions, host, device, git sha, Slurm job"),
     _f("published_entries", "", "run", "backtest: the published runs this fake record stands for"),
     _f("trace_path", "", "run", "where the traced step was written (.npz, or a Chrome trace)"),

@@ -15,7 +15,10 @@ step can peak higher when gloo's thread frees a buffer late. ``predicted_memory_
 the model with that median step.
 
 Each record carries the analytic model's prediction beside the measurement (peak memory, comm
-bytes, hardware FLOPs, and with a hardware profile the step time), with the signed errors.
+bytes, hardware FLOPs, the step time), with the signed errors, the traced step's replay (the
+timeline) and the MFU: all priced on the point's one hardware profile, chosen by
+tspbench.analytic.profile_choice (the one named, else the device's) and named in the record
+(``hardware_choice``: which and why).
 
 A failure never escapes as an exception: out-of-memory on any rank gives status ``oom``, a rank
 that raises ``failed`` with its traceback, a world that outlives its timeout ``timeout``.
@@ -29,9 +32,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.mfu import mfu_fields
 from tspbench.analytic.predict import predict
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.core.errors import WorkloadError
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
@@ -135,28 +139,29 @@ def clock_fields(clocks: list[dict[str, float] | None]) -> dict[str, float]:
     }
 
 
-def predictions(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
-    """The model's fields for a record of any mode (decode has a model of its own)."""
+def predictions(layout: Layout, workload: Workload, record: dict, hw: Hardware) -> dict:
+    """The model's fields for a record of any mode on the profile ``hw`` (decode has a model of
+    its own)."""
     fields = decode_prediction_fields if workload.mode == "decode" else prediction_fields
-    return fields(layout, workload, record, hardware)
+    return fields(layout, workload, record, hw)
 
 
-def prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
+def prediction_fields(layout: Layout, workload: Workload, record: dict, hw: Hardware) -> dict:
     """The analytic model's numbers beside the measured ones, with the signed relative errors."""
-    p = predict(layout, workload, hardware or "cpu")
+    p = predict(layout, workload, hw)
     out: dict[str, object] = {
         "predicted_peak_memory_bytes": p.memory.peak_bytes,
         "predicted_peak_memory_moment": p.memory.moment,
         "predicted_peak_memory_phase": p.memory.phase,
         "predicted_comm_bytes_per_step": p.comm_bytes_per_step,
         "predicted_hardware_flops_per_gpu": p.flops.total,
+        "predicted_hardware": p.hardware.name,
+        **p.time.to_dict("predicted_"),
     }
     if record.get("status") == "completed":
         out["predicted_memory_error"] = p.memory.peak_bytes / record["peak_memory_bytes"] - 1
         out["predicted_flops_error"] = p.flops.total / max(record["hardware_flops_per_step_per_gpu"], 1) - 1
-    if hardware:
-        out.update(predicted_hardware=p.hardware.name, **p.time.to_dict("predicted_"))
-        if record.get("status") == "completed" and record.get("step_time_s"):  # a fake world has none
+        if record.get("step_time_s"):  # a fake world has none
             out["predicted_step_time_error"] = p.step_time_s / record["step_time_s"] - 1
     return out
 
@@ -165,24 +170,31 @@ def completed_record(
     layout: Layout,
     workload: Workload,
     ranks: list[dict],
-    hardware: str | None = None,
+    choice: HardwareChoice,
     trace_path: Path | None = None,
 ) -> dict[str, object]:
-    """Status, measurements, the model's predictions and the traced step's replay (the timeline)
-    of a point whose ranks all returned. The local launcher and Slurm tasks both build their
-    records here."""
+    """Status, measurements, the model's predictions, the traced step's replay (the timeline)
+    and the MFU of a point whose ranks all returned, all on the point's profile ``choice``. The
+    local launcher and Slurm tasks both build their records here."""
     record: dict[str, object] = {
         "status": "completed",
         "error": None,
         **measurement_record(layout, workload, ranks),
+        "hardware_choice": choice.reason,
     }
-    record.update(prediction_fields(layout, workload, record, hardware))
-    record.update(mfu_fields(layout, workload, record, hardware, device_name(workload.device)))
+    record.update(prediction_fields(layout, workload, record, choice.hardware))
+    record.update(mfu_fields(layout, record, choice))
     traces = [r["trace"] for r in ranks if r.get("trace") is not None]
-    record.update(timeline_fields(layout, workload, traces, hardware, trace_path))
+    record.update(timeline_fields(layout, workload, traces, choice, trace_path))
     if record.get("timeline_step_time_s"):
         record["timeline_step_time_error"] = record["timeline_step_time_s"] / record["step_time_s"] - 1
     return record
+
+
+def device_profile(workload: Workload) -> HardwareChoice:
+    """The profile of the device a measured point runs on, where its caller names none."""
+    name = device_name(workload.device)
+    return choose_profile(None, device=workload.device, device_name=name, measured=True)
 
 
 def check_cache_fits(cache_bytes: int, capacity_bytes: int | None) -> None:
@@ -218,16 +230,17 @@ def bench(
     repeats: int = 1,
     capacity_bytes: int | None = None,
     timeout: float = 600.0,
-    hardware: str | None = None,
+    hardware: HardwareChoice | None = None,
     trace_path: Path | None = None,
     decode_graphs: bool | None = None,
 ) -> dict[str, object]:
-    """Measure one point; returns the flat record (``status`` says how it ended). Every name is
-    checked (layout, hardware profile) before any rank starts. ``trace_path``: where the traced
-    step goes (.npz, or a Chrome trace .json / .json.gz; see tspbench.measure.replayed).
-    ``decode_graphs``: decode steps replayed as CUDA graphs (default: on CUDA; never elsewhere)."""
+    """Measure one point; returns the flat record (``status`` says how it ended). ``hardware``:
+    the point's profile, chosen by its caller (tspbench.analytic.profile_choice.choose_profile);
+    None: the device's, chosen here. ``trace_path``: where the traced step goes (.npz, or a
+    Chrome trace .json / .json.gz; see tspbench.measure.replayed). ``decode_graphs``: decode
+    steps replayed as CUDA graphs (default: on CUDA; never elsewhere)."""
     cls = check_layout(layout, workload)
-    load_hardware(hardware or "cpu")
+    choice = hardware or device_profile(workload)
     decode = workload.mode == "decode"
     graphs = decode_graphs_setting(workload, decode_graphs)
     if decode:
@@ -257,15 +270,16 @@ def bench(
         )
         if decode:
             record.update(status="completed", error=None, **decode_record(layout, workload, ranks))
-            record.update(decode_prediction_fields(layout, workload, record, hardware))
+            record.update(decode_prediction_fields(layout, workload, record, choice.hardware))
+            record["hardware_choice"] = choice.reason
         else:
-            record.update(completed_record(layout, workload, ranks, hardware, trace_path))
+            record.update(completed_record(layout, workload, ranks, choice, trace_path))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)
-        record.update(predictions(layout, workload, record, hardware))
+        record.update(predictions(layout, workload, record, choice.hardware), hardware_choice=choice.reason)
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
-        record.update(predictions(layout, workload, record, hardware))
+        record.update(predictions(layout, workload, record, choice.hardware), hardware_choice=choice.reason)
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
     return record

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from tspbench.analytic.decode import predict_decode
+from tspbench.analytic.hardware import Hardware
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import percentile
@@ -171,18 +172,12 @@ def energy_fields(ranks: list[dict], tokens: int) -> dict[str, object]:
     }
 
 
-def decode_prediction_fields(layout: Layout, workload: Workload, record: dict, hardware: str | None) -> dict:
-    """The decode model's numbers (tspbench.analytic.decode) beside the measured ones, with the
-    signed relative errors of TTFT, TPOT p50, the KV cache, the peak and the per-step comm."""
-    p = predict_decode(
-        layout,
-        workload.model,
-        workload.batch,
-        workload.seq_len,
-        workload.decode_tokens,
-        workload.dtype,
-        hardware or "cpu",
-    )
+def decode_prediction_fields(layout: Layout, workload: Workload, record: dict, hw: Hardware) -> dict:
+    """The decode model's numbers (tspbench.analytic.decode) on the profile ``hw`` beside the
+    measured ones, with the signed relative errors of TTFT, TPOT p50, the KV cache, the peak and
+    the per-step comm."""
+    w = workload
+    p = predict_decode(layout, w.model, w.batch, w.seq_len, w.decode_tokens, w.dtype, hw)
     predicted = p.record()
     out: dict[str, object] = {"predicted_hardware": p.hardware.name}
     for column in PREDICTED_DECODE_COLUMNS:

@@ -39,7 +39,8 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
@@ -51,7 +52,7 @@ from tspbench.measure.bench import predictions
 from tspbench.measure.decode_bench import decode_work_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
-from tspbench.measure.replayed import default_hardware, timeline_fields
+from tspbench.measure.replayed import timeline_fields
 from tspbench.measure.runner import RankRun
 from tspbench.measure.simulated_gpu import simulated_gpu
 from tspbench.measure.tracker import CATEGORIES
@@ -113,9 +114,9 @@ def fake_rank(
     return out
 
 
-def simulated_kernel(hardware: str) -> str:
+def simulated_kernel(hw: Hardware) -> str:
     """The attention kernel of the GPU a profile describes (flash where it names none)."""
-    return load_hardware(hardware).attention_kernel or "flash"
+    return hw.attention_kernel or "flash"
 
 
 def create_optimizer_state(run: RankRun) -> None:
@@ -185,20 +186,22 @@ def fake_bench(
     workload: Workload,
     capacity_bytes: int | None = None,
     timeout: float = 1800.0,  # seconds per rank
-    hardware: str | None = None,
+    hardware: HardwareChoice | None = None,
     ranks: list[int] | None = None,
     world: FakeWorld | None = None,
     trace_path: Path | None = None,
     trace: bool = True,
 ) -> dict[str, object]:
     """Execute one point in the fake world; the flat record (``source: fake``): no measured time,
-    the step's replay on ``hardware`` (tspbench.analytic.timeline) as the ``timeline_`` fields,
+    the step's replay (tspbench.analytic.timeline) as the ``timeline_`` fields and the model's
+    predictions, both on ``hardware``, the point's profile (None: tspbench.analytic.
+    profile_choice's default, the paper's MI300X for a simulated GPU, ``cpu`` for a CPU world),
     its traces written to ``trace_path`` if given (.npz, or a Chrome trace); ``trace=False`` leaves
     the step untraced (no timeline; what tracing costs, benchmarks/). ``world`` is a pool
     of worker processes to reuse (a sweep's); by default the point gets one of its own, a worker
     per core."""
     check_fake_world(layout, workload)
-    hardware = hardware or default_hardware(workload)
+    choice = hardware or choose_profile(None, device=workload.device, measured=False)
     ranks = list(ranks) if ranks is not None else model_parallel_ranks(layout)
     record: dict[str, object] = {
         **point_record(layout, workload, "fake"),
@@ -216,7 +219,7 @@ def fake_bench(
             workload,
             capacity_bytes,
             trace and workload.mode != "decode",
-            simulated_kernel(hardware),
+            simulated_kernel(choice.hardware),
         )
         if world is not None:
             results = world.run(*args, timeout=timeout)
@@ -224,7 +227,7 @@ def fake_bench(
             results = run_fake_ranks(*args, workers=default_workers(ranks), env=env, timeout=timeout)
         record.update(status="completed", error=None, **fake_record(layout, workload, results))
         traces = [r["trace"] for r in results if r["trace"] is not None]
-        record.update(timeline_fields(layout, workload, traces, hardware, trace_path))
+        record.update(timeline_fields(layout, workload, traces, choice, trace_path))
     except RankError as exc:
         record.update(status="oom" if exc.is_oom else "failed", error=excerpt(str(exc)), failed_rank=exc.rank)
         if exc.exc_type == FakeOpError.__name__:
@@ -232,7 +235,7 @@ def fake_bench(
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
     record["fake_seconds"] = time.perf_counter() - start
-    record.update(predictions(layout, workload, record, hardware))
+    record.update(predictions(layout, workload, record, choice.hardware), hardware_choice=choice.reason)
     host = environment("cpu")
     host.update(
         device=workload.device, backend="fake", device_name=f"fake {workload.device} on {host['device_name']}"

@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.core.files import write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
@@ -122,8 +123,8 @@ def run(
         ("attention/speed", lambda: attention_speed_check(device, quick)),
     ]
 
-    def hardware() -> str | None:  # the profile calibrate wrote, once it has run
-        return str(profile) if profile.exists() else None
+    def hardware() -> HardwareChoice | None:  # the profile calibrate wrote, once it has run
+        return choose_profile(str(profile), device=p.device, measured=True) if profile.exists() else None
 
     todo += [(f"validate/{n}", lambda n=n: validate_check(p, n)) for n in names]
     if "tsp" in names:
@@ -277,7 +278,7 @@ def validate_check(p: Plan, strategy: str) -> Check:
     return Check(name, status, summary, result)
 
 
-def overlap_check(p: Plan, hardware: str | None) -> Check:
+def overlap_check(p: Plan, hardware: HardwareChoice | None) -> Check:
     if p.world < 2:
         return Check("overlap/tsp", "skipped", "needs 2 or more GPUs: TSP's weight transfers")
     layout = Layout("tsp", tsp=p.world)
@@ -294,7 +295,7 @@ def overlap_check(p: Plan, hardware: str | None) -> Check:
     return Check("overlap/tsp", "measured", summary, {"overlapped": timed[True], "blocking": timed[False]})
 
 
-def memory_check(p: Plan, strategy: str, hardware: str | None) -> Check:
+def memory_check(p: Plan, strategy: str, hardware: HardwareChoice | None) -> Check:
     name = f"memory/{strategy}"
     cls = next(c for c in iter_strategies() if c.name == strategy)
     layout = layout_for(cls, max(p.world, 1))

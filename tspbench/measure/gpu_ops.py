@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.timeline import timeline
 from tspbench.core.spec import Layout
 from tspbench.dist.launch import launch
@@ -31,7 +31,7 @@ KINDS = ("gemm", "attention", "elementwise")
 REPEATS = 3
 
 
-def op_level_check(p: Plan, strategy: str, hardware: str | None) -> Check:
+def op_level_check(p: Plan, strategy: str, hardware: HardwareChoice | None) -> Check:
     """The ops/S row (module doc)."""
     name = f"ops/{strategy}"
     if hardware is None:
@@ -40,7 +40,7 @@ def op_level_check(p: Plan, strategy: str, hardware: str | None) -> Check:
     layout = Layout(strategy)
     rank = launch(profiled_rank, 1, layout, workload, REPEATS, device=p.device, timeout=900)[0]
     profiled = {k: kind_seconds(rank["seconds"]).get(k, 0.0) for k in KINDS}
-    replay = timeline([rank["trace"]], load_hardware(hardware), 1)
+    replay = timeline([rank["trace"]], hardware.hardware, 1)
     replayed = {k: sum(by_kind.get(k, 0.0) for by_kind in replay.kind_s.values()) for k in KINDS}
     errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
     point = f"{workload.model.name} at {workload.seq_len} tokens"

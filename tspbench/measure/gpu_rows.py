@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.core.spec import Layout, ModelConfig
 from tspbench.measure.bench import bench
 from tspbench.model.attention import causal_attention
@@ -108,7 +108,7 @@ def attention_speed_check(device: str, quick: bool) -> Check:
     return Check("attention/speed", "passed" if ok else "failed", summary, rows)
 
 
-def inference_memory_check(p: Plan, hardware: str | None) -> Check:
+def inference_memory_check(p: Plan, hardware: HardwareChoice | None) -> Check:
     workload = p.memory.with_(mode="infer")
     record = bench(Layout("dp", dp=1), workload, steps=2, warmup=1, timeout=900, hardware=hardware)
     if record["status"] != "completed":
@@ -123,7 +123,7 @@ def inference_memory_check(p: Plan, hardware: str | None) -> Check:
     return Check("memory/infer", "passed" if spread <= INFER_PEAK_SPREAD else "failed", summary, record)
 
 
-def step_check(p: Plan, quick: bool, hardware: str | None) -> Check:
+def step_check(p: Plan, quick: bool, hardware: HardwareChoice | None) -> Check:
     lengths = (8192, 32768) if p.device == "cuda" and not quick else (256, 1024)
     records, parts = {}, []
     for seq in lengths:
@@ -144,7 +144,7 @@ def decode_floor_s(record: dict, model: ModelConfig, element_size: int, bandwidt
     return (model.n_params * element_size + cache) / (bandwidth_gbs * 1e9)
 
 
-def decode_tpot_check(p: Plan, quick: bool, hardware: str | None) -> Check:
+def decode_tpot_check(p: Plan, quick: bool, hardware: HardwareChoice | None) -> Check:
     cuda = p.device == "cuda" and not quick
     model = ModelConfig.preset("7b") if cuda else p.memory.model
     workload = p.memory.with_(
@@ -158,7 +158,7 @@ def decode_tpot_check(p: Plan, quick: bool, hardware: str | None) -> Check:
     details = {("graphed" if g else "eager"): r for g, r in runs.items()}
     if any(r["status"] != "completed" for r in runs.values()):
         return Check("decode/tpot", "failed", "a decode run did not complete", details)
-    bandwidth = load_hardware(hardware).hbm_bandwidth_gbs if hardware else None
+    bandwidth = hardware.hardware.hbm_bandwidth_gbs if hardware else None
     floor = decode_floor_s(runs[modes[0]], model, workload.element_size, bandwidth) if bandwidth else None
     text = "; ".join(f"{k} TPOT {r['tpot_s'] * 1e3:.2f} ms" for k, r in details.items())
     if floor is None or p.device != "cuda":

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tspbench.analytic.chrome import write_chrome_trace
-from tspbench.analytic.hardware import Hardware, load_hardware
+from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.timeline import Timeline, timeline
 from tspbench.core.errors import OutputError
 from tspbench.core.spec import Layout, Workload
@@ -30,16 +31,6 @@ def reprice(record: Mapping[str, Any], traces: list[RankTrace], hw: Hardware) ->
     return timeline(traces, hw, int(record["world_size"]))
 
 
-def profile_name(record: Mapping[str, Any]) -> str:
-    """The hardware profile ``record`` was priced on: ``timeline_hardware``, else ``hardware``,
-    else what bench prices on when none is named (default_hardware)."""
-    for key in ("timeline_hardware", "hardware"):
-        value = record.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return "cpu" if record["device"] == "cpu" else "mi300x"
-
-
 def repriced_record(record: Mapping[str, Any], tl: Timeline, hardware: str) -> dict[str, Any]:
     """``record`` with its ``timeline_*`` fields replaced by ``tl``'s (priced on ``hardware``), and
     ``timeline_step_time_error`` where the step was measured."""
@@ -50,29 +41,23 @@ def repriced_record(record: Mapping[str, Any], tl: Timeline, hardware: str) -> d
     return out
 
 
-def default_hardware(workload: Workload) -> str:
-    """The profile a point is priced on when none is named: the paper's MI300X for a (simulated)
-    GPU, this kind of host for CPU runs."""
-    return "mi300x" if workload.device == "cuda" else "cpu"
-
-
 def timeline_fields(
     layout: Layout,
     workload: Workload,
     traces: list[RankTrace],
-    hardware: str | None,
+    choice: HardwareChoice,
     trace_path: Path | None = None,
 ) -> dict[str, object]:
-    """``timeline_*`` fields from replaying ``traces`` on ``hardware`` (default_hardware when None);
+    """``timeline_*`` fields from replaying ``traces`` on the point's profile (``timeline_hardware``
+    names it: a stored record is re-priced on it, tspbench.analytic.profile_choice.record_profile);
     with ``trace_path`` the traces are written there too: ``.npz`` (every rank's events, to replay
-    on another profile: ``tspbench trace``), else a Chrome trace (``.json`` or ``.json.gz``). A
+    on another profile: ``tspbench replay``), else a Chrome trace (``.json`` or ``.json.gz``). A
     trace that cannot be written (a full disk) leaves ``trace_error`` in the record, not an
     exception that would lose the measurement."""
     if not traces:
         return {}
-    name = hardware or default_hardware(workload)
-    tl = reprice({"world_size": layout.world_size}, traces, load_hardware(name))
-    out: dict[str, object] = {"timeline_hardware": name, **tl.to_record()}
+    tl = reprice({"world_size": layout.world_size}, traces, choice.hardware)
+    out: dict[str, object] = {"timeline_hardware": choice.label, **tl.to_record()}
     if trace_path is not None:
         try:
             out["trace_path"] = str(write_traces(tl, traces, Path(trace_path), layout, workload))

@@ -7,7 +7,7 @@ recomputation, micro-batch, model, dtype; ties to the larger world), the longest
 every traced strategy ran there, and a strategy's first layout in the report's order. Each is
 re-priced (tspbench.measure.replayed.reprice: the timeline) on the hardware profile its record
 names (``timeline_hardware``, else ``hardware``, else ``cpu`` for a CPU run and ``mi300x`` for a
-simulated GPU, as bench prices them) in the point's world.
+simulated GPU: tspbench.analytic.profile_choice.profile_name) in the point's world.
 
 One panel per strategy shows the lowest replayed rank (rank 0) over one layer's forward, from
 its begin mark to its end mark: the second layer's (a steady one: the first carries the step's
@@ -33,11 +33,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import profile_name, record_profile
 from tspbench.analytic.timeline import Timeline
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
-from tspbench.measure.replayed import profile_name, reprice
+from tspbench.measure.replayed import reprice
 from tspbench.report import style as st
 from tspbench.report.bars import op_colors
 from tspbench.report.frame import Context
@@ -104,7 +104,7 @@ def pick(df: pd.DataFrame) -> pd.DataFrame:
 def replay(row: pd.Series) -> Timeline:
     """The point's stored trace re-priced on the profile its record names (profile_name)."""
     traces, _ = load_traces(Path(row[RUN_DIR]) / TRACE_FILE)
-    return reprice(row, traces, load_hardware(profile_name(row)))
+    return reprice(row, traces, record_profile(row))
 
 
 # ----------------------------------------------------------------------------- replay -> bars

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import record_profile
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
 from tspbench.report import tables
 from tspbench.report.stored import KINDS, LABEL, MIB, Part, Values, completed, named, pct, stored_json, tokens
@@ -69,8 +69,8 @@ def paper_scale(results: Path) -> Values:
     """The timeline against the analytic model on the paper-scale fake-world points."""
     parts = paper_scale_parts(results)
     far = parts[parts["gap"].abs() > FAR]
-    mi300x = load_hardware("mi300x")  # the profile the paper-scale points are replayed and predicted on
     tsp8 = completed(results, "paper_throughput_fake", strategy="tsp", tsp=8, seq_len=16384).iloc[0]
+    mi300x = record_profile(tsp8)  # the profile the paper-scale points are replayed and predicted on
     fsdp8 = completed(results, "paper_throughput_fake", strategy="fsdp_sp", sp=8, seq_len=16384).iloc[0]
     n_tsp = kernels(results, "paper_throughput_fake", tsp8)
     launch = n_tsp * mi300x.op_overhead_us * 1e-6

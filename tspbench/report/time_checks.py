@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.profile_choice import named_profile
 from tspbench.report import tables
 from tspbench.report.paper_checks import FAR, paper_scale_parts
 from tspbench.report.stored import (
@@ -187,7 +187,7 @@ def steps(results: Path) -> Values:
 
 def cpu_profile(results: Path) -> Values:
     """The CPU profile's figures the docs quote (GB/s, GFLOP/s)."""
-    cpu = load_hardware("cpu")
+    cpu = named_profile("cpu")
     return {
         "step_gemm_gflops": f"{cpu.step_gemm_rate * 1e3:.1f}",
         "gemm_gflops": f"{cpu.gemm_tflops * 1e3:.1f}",

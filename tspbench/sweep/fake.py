@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.progress import Progress
 from tspbench.dist.fake_world import FakeWorld
 from tspbench.measure.fake import fake_bench
@@ -27,7 +28,9 @@ def measure_fake(point: Point, world: FakeWorld | None = None, store: Store | No
     """One point in the fake world: its first model-parallel group's ranks (or rank 0 alone,
     ``run.fake_ranks: first``) under fake tensors; with ``run.trace`` its traces kept beside it."""
     m, ranks = point.config["measure"], [0] if point.config.get("fake_ranks") == "first" else None
-    hardware = point.config.get("hardware")
+    hardware = choose_profile(
+        None, device=point.workload.device, experiment=point.config.get("hardware"), measured=False
+    )
     trace = point.trace_path(store.run_dir(point.run_id)) if store is not None else None
     record = fake_bench(
         point.layout, point.workload, m["capacity_bytes"], point.timeout, hardware, ranks, world, trace

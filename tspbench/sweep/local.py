@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from tspbench.analytic.decode import decode_record
-from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict_record
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.core.errors import UsageError
 from tspbench.core.progress import Progress
 from tspbench.core.units import excerpt, format_bytes
 from tspbench.measure.bench import bench
-from tspbench.measure.env import environment, record_fields
+from tspbench.measure.env import device_name, environment, record_fields
 from tspbench.sweep.owner import GONE, owner_state, this_process
 from tspbench.sweep.points import Point
 from tspbench.sweep.store import Store, exclusive, now, read_json
@@ -29,28 +29,39 @@ from tspbench.sweep.store import Store, exclusive, now, read_json
 Measure = Callable[[Point], dict[str, Any]]
 
 
-def measurer(hardware: str | None, store: Store | None = None) -> Measure:
+def measurer(experiment_hardware: str | None, store: Store | None = None) -> Measure:
     """Points measured on this machine (bench() turns OOM, crashes and hangs into statuses), each
-    record with the model's prediction for ``hardware`` beside it (None: no predicted time) and
-    the traced step's replay; with ``run.trace`` the traces are kept in the point's folder."""
+    priced on its profile (tspbench.analytic.profile_choice: the experiment's ``hardware``, else
+    its device's): the model's prediction beside it, the traced step's replay, the MFU; with
+    ``run.trace`` the traces are kept in the point's folder."""
 
     def measure(point: Point) -> dict[str, Any]:
         m = point.config["measure"]
         steps, warmup, repeats, capacity = m["steps"], m["warmup"], m["repeats"], m["capacity_bytes"]
         trace = point.trace_path(store.run_dir(point.run_id)) if store is not None else None
+        device = point.workload.device
+        choice = choose_profile(
+            None,
+            device=device,
+            device_name=device_name(device),
+            experiment=experiment_hardware,
+            measured=True,
+        )
         return bench(
-            point.layout, point.workload, steps, warmup, repeats, capacity, point.timeout, hardware, trace
+            point.layout, point.workload, steps, warmup, repeats, capacity, point.timeout, choice, trace
         )
 
     return measure
 
 
-def predictor(hardware: str) -> Measure:
-    """The analytic model as a measure function (decode points: its decode model)."""
+def predictor(choice: HardwareChoice) -> Measure:
+    """The analytic model on the sweep's profile as a measure function (decode points: its decode
+    model)."""
 
     def predict(point: Point) -> dict[str, Any]:
         model = decode_record if point.workload.mode == "decode" else predict_record
-        return {**point.base_record(), **model(point.layout, point.workload, hardware)}
+        record = model(point.layout, point.workload, choice.hardware)
+        return {**point.base_record(), **record, "hardware_choice": choice.reason}
 
     return predict
 
@@ -82,10 +93,12 @@ def run_local(
     measure: Measure,
     executor: str = "local",
     progress: Progress | None = None,
+    choice: HardwareChoice | None = None,
 ) -> None:
-    """Measure ``points`` one after another. Ctrl-C puts the current point back to pending."""
+    """Measure ``points`` one after another. Ctrl-C puts the current point back to pending.
+    ``choice``: the predict executor's profile, stored in each point's environment."""
     progress = progress or Progress()
-    env = _environment(points, executor)
+    env = _environment(points, executor, choice)
     for point in points:
         rid = point.run_id
         store.queue(rid, executor=executor)
@@ -113,7 +126,7 @@ def run_local(
     progress.close()
 
 
-def _environment(points: list[Point], executor: str) -> dict[str, Any]:
+def _environment(points: list[Point], executor: str, choice: HardwareChoice | None) -> dict[str, Any]:
     """The environment record stored with each point; for a projection, the model's code and
     the hardware profile it assumed."""
     if not points:
@@ -127,8 +140,7 @@ def _environment(points: list[Point], executor: str) -> dict[str, Any]:
         }
     if executor != "predict":
         return environment(points[0].workload.device)
-    hardware = points[0].config.get("hardware")
-    profile = load_hardware(hardware).to_dict() if hardware else None
+    profile = choice.hardware.to_dict() if choice else None
     return {**environment("cpu"), "executor": "predict", "hardware_profile": profile}
 
 

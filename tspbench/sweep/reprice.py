@@ -17,28 +17,37 @@ a measured step of older code keeps the predictions made beside it).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
-from tspbench.analytic.hardware import load_hardware
+from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.profile_choice import named_profile, profile_name
 from tspbench.core.trace import load_traces
 from tspbench.measure.bench import predictions
-from tspbench.measure.replayed import profile_name, reprice, repriced_record
+from tspbench.measure.replayed import reprice, repriced_record
 from tspbench.sweep.points import Point
 from tspbench.sweep.store import write_json, write_tables
+
+Profiles = Callable[[str], Hardware]  # a profile by the name a record gives, loaded once per study
 
 
 def reprice_study(folder: Path, with_predictions: bool = False) -> int:
     """Re-price every run of an experiment folder (``reprice_run``), then its tables
-    (records.csv and .parquet follow the records); returns how many records were re-priced."""
-    done = sum(reprice_run(run, with_predictions) for run in sorted(folder.iterdir()) if run.is_dir())
+    (records.csv and .parquet follow the records); returns how many records were re-priced. Each
+    profile the records name is loaded once."""
+    profiles = cache(named_profile)
+    done = sum(
+        reprice_run(run, with_predictions, profiles) for run in sorted(folder.iterdir()) if run.is_dir()
+    )
     write_tables(folder)
     return done
 
 
-def reprice_run(run: Path, with_predictions: bool = False) -> bool:
-    """Re-price one run's record in place: its timeline where it kept a trace, and with
-    ``with_predictions`` its model's fields (decode records keep no trace: only those). True
-    where anything was re-priced."""
+def reprice_run(run: Path, with_predictions: bool = False, profiles: Profiles = named_profile) -> bool:
+    """Re-price one run's record in place, on the profiles it names: its timeline where it kept a
+    trace, and with ``with_predictions`` its model's fields (decode records keep no trace: only
+    those). True where anything was re-priced."""
     record_path, trace_path = run / "result.json", run / "trace.npz"
     if not record_path.is_file():
         return False
@@ -48,13 +57,15 @@ def reprice_run(run: Path, with_predictions: bool = False) -> bool:
         return False
     if priced:
         point = Point.from_json(json.loads((run / "point.json").read_text()))
-        record.update(predictions(point.layout, point.workload, record, record["predicted_hardware"]))
-    write_json(record_path, with_timeline(record, trace_path) if traced else record)
+        hw = profiles(record["predicted_hardware"])
+        record.update(predictions(point.layout, point.workload, record, hw))
+    write_json(record_path, with_timeline(record, trace_path, profiles) if traced else record)
     return True
 
 
-def with_timeline(record: dict, trace_path: Path) -> dict:
-    """``record`` with its ``timeline_*`` fields replayed again from ``trace_path``."""
+def with_timeline(record: dict, trace_path: Path, profiles: Profiles = named_profile) -> dict:
+    """``record`` with its ``timeline_*`` fields replayed again from ``trace_path`` on the
+    profile it names."""
     traces, _ = load_traces(trace_path)
     name = profile_name(record)
-    return repriced_record(record, reprice(record, traces, load_hardware(name)), name)
+    return repriced_record(record, reprice(record, traces, profiles(name)), name)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.core.errors import LayoutError, UsageError
 from tspbench.core.names import INTERRUPTED
 from tspbench.core.progress import Progress
@@ -40,18 +41,11 @@ class Sweep:
     points: list[Point]
     skipped: list[Skipped]
     profile: Profile | None = None  # when a cluster is named
+    hardware: HardwareChoice | None = None  # the predict executor's profile (the experiment's)
 
     @property
     def gpus_per_node(self) -> int | None:
         return self.profile.gpus_per_node if self.profile is not None else None
-
-    @property
-    def prediction_hardware(self) -> str | None:
-        """The profile measured points are predicted for: the experiment's ``hardware``, else this
-        kind of host's ``cpu`` profile when every point runs on CPU."""
-        if self.experiment.hardware:
-            return self.experiment.hardware
-        return "cpu" if all(p.config["workload"]["device"] == "cpu" for p in self.points) else None
 
 
 def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster: str | None) -> Sweep:
@@ -75,21 +69,25 @@ def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster
     if executor == "slurm":
         profile.check_points(points, exp.path)
         slurm.check_cluster_size(points, profile, exp.path)
-    if executor == "predict":
-        _check_predictor(exp, points)
+    hardware = _check_predictor(exp, points) if executor == "predict" else None
     if executor == "local":
         _check_local_devices(exp, points)
     if executor == "fake":
         _check_fake_devices(exp, points)
-    return Sweep(exp, executor, points, skipped, profile)
+    return Sweep(exp, executor, points, skipped, profile, hardware)
 
 
-def _check_predictor(exp: Experiment, points: list[Point]) -> None:
-    """Predict the first point now (it is instant), so a bad hardware name fails before the run."""
+def _check_predictor(exp: Experiment, points: list[Point]) -> HardwareChoice:
+    """The experiment's profile, every point's; the first point predicted now (it is instant),
+    so a bad hardware name fails before the run."""
     try:
-        local.predictor(exp.hardware or "")(points[0])
+        choice = choose_profile(
+            None, device=points[0].workload.device, experiment=exp.hardware, measured=False
+        )
+        local.predictor(choice)(points[0])
     except Exception as exc:
         raise UsageError(f"{exp.path}: hardware {exp.hardware!r}: {str(exc).splitlines()[0]}") from None
+    return choice
 
 
 def _check_local_devices(exp: Experiment, points: list[Point]) -> None:
@@ -184,16 +182,16 @@ def run_sweep(
 def execute(sweep: Sweep, todo: list[Point], store: Store, progress: Progress) -> None:
     """Hand the points to the sweep's executor."""
     if sweep.executor == "slurm":
-        slurm.run_slurm(todo, store, sweep.profile, progress, sweep.prediction_hardware)
+        slurm.run_slurm(todo, store, sweep.profile, progress, sweep.experiment.hardware)
         return
     if sweep.executor == "fake":
         fake.run_fake(todo, store, progress)
         return
     if sweep.executor == "local":
-        measure = local.measurer(sweep.prediction_hardware, store)
+        measure = local.measurer(sweep.experiment.hardware, store)
     else:
-        measure = local.predictor(sweep.experiment.hardware or "")
-    local.run_local(todo, store, measure, sweep.executor, progress)
+        measure = local.predictor(sweep.hardware)
+    local.run_local(todo, store, measure, sweep.executor, progress, sweep.hardware)
 
 
 def experiment_json(sweep: Sweep) -> dict[str, Any]:

@@ -169,8 +169,8 @@ def submissions(points: list[Point], profile: Profile) -> list[Submission]:
 def submit(
     points: list[Point], store: Store, profile: Profile, progress: Progress, hardware: str | None = None
 ) -> list[tuple[Point, str]]:
-    """Submit ``points`` as one job array per (nodes, tasks per node, time limit); each record
-    carries the model's prediction for ``hardware``."""
+    """Submit ``points`` as one job array per (nodes, tasks per node, time limit); each record is
+    priced on ``hardware`` (the experiment's profile), else on its node's device's, chosen there."""
     submitted: list[tuple[Point, str]] = []
     for job in submissions(points, profile):
         executor = submitit.SlurmExecutor(folder=store.root / ".slurm" / "%j", max_num_timeout=0)

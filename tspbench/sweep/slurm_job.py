@@ -29,6 +29,7 @@ import submitit
 import torch
 import torch.distributed as dist
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.units import excerpt
 from tspbench.dist.launch import RankError
 from tspbench.measure.bench import completed_record, rank_bench
@@ -46,7 +47,7 @@ class PointTask(submitit.helpers.Checkpointable):
 
     def __init__(self, experiment_dir: str, point: dict[str, Any], hardware: str | None = None) -> None:
         self.experiment_dir, self.point = experiment_dir, point
-        self.hardware = hardware  # the profile the record's predictions are for
+        self.hardware = hardware  # the experiment's profile, if it names one (else the node's device's)
         self.preempted = False
 
     def __call__(self) -> str:
@@ -144,12 +145,16 @@ def _shutdown() -> None:
 
 
 def _record_completed(store: Store, point: Point, ranks: list[dict[str, Any]], hardware: str | None) -> None:
+    """The point's record, priced on its profile, chosen here where its device is known: the
+    experiment's ``hardware``, else the node's device's (tspbench.analytic.profile_choice)."""
     env = environment(point.workload.device)
     store.write_env(point.run_id, env)
+    device, name = point.workload.device, str(env["device_name"])
+    choice = choose_profile(None, device=device, device_name=name, experiment=hardware, measured=True)
     record = {
         **point.base_record(),
         **completed_record(
-            point.layout, point.workload, ranks, hardware, point.trace_path(store.run_dir(point.run_id))
+            point.layout, point.workload, ranks, choice, point.trace_path(store.run_dir(point.run_id))
         ),
         **{f"env_{k}": v for k, v in env.items()},
     }
