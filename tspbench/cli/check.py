@@ -19,6 +19,7 @@ from tspbench.cli import backtest
 from tspbench.cli.args import output_path, positive_int
 
 TIMELINE_CHECK = Path("results/timeline_check")
+GPU_RESULTS = Path("results/h200")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -157,6 +158,31 @@ def cmd_reprice(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_points_args(c: argparse.ArgumentParser) -> None:
+    c.add_argument(
+        "root",
+        type=Path,
+        nargs="?",
+        default=GPU_RESULTS,
+        help=f"runs on one GPU kind (default: {GPU_RESULTS})",
+    )
+    c.add_argument(
+        "--hardware", default="h200", help="the shipped profile scored out of sample (default: h200)"
+    )
+    c.add_argument("--out", type=Path, help="folder for scores.csv and scores.md (default: the root)")
+
+
+def cmd_gpu_points(args: argparse.Namespace) -> int:
+    from tspbench.analytic.profile_choice import named_profile
+    from tspbench.checks.gpu_points import score, scores_table, write_scores
+
+    rows = score(args.root, named_profile(args.hardware))
+    print(scores_table(rows), end="")
+    for path in write_scores(rows, args.out or args.root):
+        print(f"wrote {path}")
+    return 0
+
+
 Arguments = Callable[[argparse.ArgumentParser], None]
 Command = Callable[[argparse.Namespace], int]
 # name -> (what it checks and writes, its flags, what runs it), in the order --help lists them
@@ -186,6 +212,11 @@ CHECKS: dict[str, tuple[str, Arguments, Command]] = {
     "host-drift": (
         "how much this host's speed moved between two measurements of results/cpu_reference "
         f"({TIMELINE_CHECK}/host_drift.json)", _host_drift_args, cmd_host_drift,
+    ),
+    "gpu-points": (
+        "every committed GPU measurement scored by the analytic model and the timeline on the shipped "
+        f"profile and on its run's own calibration ({GPU_RESULTS}/scores.csv, scores.md)", _gpu_points_args,
+        cmd_gpu_points,
     ),
     "reprice": (
         "stored records re-priced in place from their kept traces (the timeline; --predictions: the "
