@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 STORED = REPO / "results" / "timeline_check"
 NAMES = (
     "backtest", "timeline-ops", "torch-estimator", "overlap", "trace-cost", "tsp-prefetch", "host-drift",
+    "gpu-points",
     "reprice",
 )  # fmt: skip
 
