@@ -22,7 +22,7 @@ from tspbench.core.names import CATEGORIES
 from tspbench.report import style as st
 from tspbench.report.figures import (
     CONTEXT,
-    capacity_name,
+    capacity_label,
     facet_label,
     natural_key,
     series_handles,
@@ -138,7 +138,8 @@ def stacked_bars(
     df, dim, held = bar_slice(df)
     values = panel_values(df[dim].unique()) if dim else [None]
     labels = list(dict.fromkeys(df["series"]))
-    unit, scale = st.byte_unit([*df[list(parts)].fillna(0).sum(axis=1), *df["capacity"].dropna()])
+    capacity = df["capacity"].dropna() if memory else []  # bus bytes are no share of the memory
+    unit, scale = st.byte_unit([*df[list(parts)].fillna(0).sum(axis=1), *capacity])
     ncols = len(values) if len(values) <= 4 else 3  # five panels in a row would be a thin strip
     nrows = -(-len(values) // ncols)
     fig = st.new_figure(1.2 + 2.9 * ncols + 1.9, nrows * max(2.6, 1.0 + 0.32 * len(labels)) + 0.7)
@@ -154,13 +155,12 @@ def stacked_bars(
     axes[0].set_yticks(range(len(labels)), labels)
     axes[0].set_ylim(len(labels) - 0.5, -0.5)
     right = max(ax.get_xlim()[1] for ax in axes[: len(values)])
+    room = 1.3 if memory and df["over_capacity"].any() else 1.18  # "over capacity": longer than "OOM"
     for ax in axes:
-        ax.set_xlim(0, right * 1.18)  # one scale for all; room for the totals and OOM notes
+        ax.set_xlim(0, right * room)  # one scale for all; room for the totals and OOM notes
     handles: list = [Patch(color=color, label=name) for name, color in parts.values()]
     if memory and df["capacity"].nunique() == 1:
-        cap = df["capacity"].iloc[0] / scale
-        label = f"{capacity_name(df)} ({cap:.0f} {unit})"
-        handles.append(Line2D([], [], color=st.CAPACITY_COLOR, ls="--", label=label))
+        handles.append(Line2D([], [], color=st.CAPACITY_COLOR, ls="--", label=capacity_label(df, scale)))
     if memory and ((df["status"] == "oom") & df["breakdown"]).any():
         handles.append(
             Patch(facecolor="white", edgecolor="#555555", hatch="///", label="predicted, over capacity")
@@ -199,7 +199,8 @@ def draw_bars(
             width = (row[col] if row[col] == row[col] else 0.0) / scale
             ax.barh(y, width, left=left, color=color, height=0.7, hatch=hatch, edgecolor="white", lw=0.5)
             left += width
-        note = f" {left:,.1f}" + (" OOM" if row["status"] == "oom" else "")
+        over = memory and row["over_capacity"]  # a fake-world peak the device could not hold
+        note = f" {left:,.1f}" + (" OOM" if row["status"] == "oom" else "\n over capacity" if over else "")
         ax.text(left, y, note, va="center", ha="left", fontsize=7.5, color="#333333")
     if memory and sub["capacity"].nunique() == 1:
         ax.axvline(sub["capacity"].iloc[0] / scale, color=st.CAPACITY_COLOR, ls="--", lw=1.1)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tspbench.analytic.profile_choice import named_profile, profile_name
+from tspbench.core.errors import HardwareError
 from tspbench.core.names import AXES, CATEGORIES, PHASES
 from tspbench.core.units import degrees_text
 
@@ -46,9 +48,14 @@ def column(df: pd.DataFrame, name: str) -> pd.Series:
 
 
 def series_label(strategy: str, degree_text: str) -> str:
-    """'tsp8' for a one-axis strategy named after its axis, else 'tp_sp tp2 x sp4'."""
-    head = degree_text.split(" x ")[0]
-    return degree_text if head.rstrip("0123456789") == strategy else f"{strategy} {degree_text}"
+    """'tsp8' for a one-axis strategy named after its axis, else 'tp_sp tp2 x sp4'; a layout of a
+    mesh strategy with an axis of 1 says what it is: 'tp_sp tp8 x sp1 (= tp8)' runs plain TP."""
+    parts = degree_text.split(" x ")
+    if parts[0].rstrip("0123456789") == strategy:
+        return degree_text
+    kept = [p for p in parts if p.lstrip("abcdefghijklmnopqrstuvwxyz_") != "1"]
+    same = f" (= {' x '.join(kept)})" if kept and len(kept) < len(parts) else ""
+    return f"{strategy} {degree_text}{same}"
 
 
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
@@ -81,7 +88,7 @@ def add_metrics(df: pd.DataFrame, predicted: pd.Series) -> None:
     df["error_pct"] = (df["pred_peak"] / df["measured_peak"] - 1) * 100
     df["measured_time"] = column(df, "step_time_s").where(~predicted & done)
     df["pred_time"] = column(df, "predicted_step_time_s").where(~predicted)
-    df["capacity"] = column(df, "capacity_bytes")
+    add_capacity(df)
     df["oom_at"] = df["pred_peak"].fillna(df["capacity"]).where(df["status"] == "oom")
     df["tput"] = column(df, "tokens_per_s_per_gpu").where(done)
     df["agg"] = df["tput"] * df["world_size"]
@@ -95,6 +102,37 @@ def add_metrics(df: pd.DataFrame, predicted: pd.Series) -> None:
     ops = sorted(c for c in df.columns if c.startswith("comm_") and c.endswith("_bytes") and c not in skip)
     for name in ops:
         df[f"comm_op_{name.removeprefix('comm_').removesuffix('_bytes')}"] = column(df, name)
+
+
+def add_capacity(df: pd.DataFrame) -> None:
+    """``capacity``: the memory a point may use, ``capacity_of``: whose it is ('MI300X' for a
+    hardware profile's usable memory, '' for a CPU run's simulated limit), ``memory_total``: the
+    profile's whole memory. The fake world records no capacity (it never runs out): its points
+    take the usable memory of the profile they were priced on, as the analytic model's do, so
+    a figure can show which executed peaks would not fit."""
+    df["capacity"] = column(df, "capacity_bytes")
+    # a measured run's limit is its own (--capacity); a CPU profile's memory is the host's, not a rank's
+    priced = (df["source"] != "measured") & (df["device"] == "cuda")
+    names = pd.Series("", index=df.index, dtype=object)
+    if priced.any():
+        names[priced] = df[priced].apply(profile_name, axis=1)
+    profiles = {name: profile_memory(name) for name in set(names) - {""}}
+    usable = names.map(lambda n: profiles.get(n, (np.nan, np.nan))[0]).astype(float)
+    df["memory_total"] = names.map(lambda n: profiles.get(n, (np.nan, np.nan))[1]).astype(float)
+    df.loc[df["source"] == "fake", "capacity"] = df["capacity"].fillna(usable)
+    known = df["memory_total"].notna() & (df["capacity"] == usable)
+    df["capacity_of"] = np.where(known, names.str.upper(), "")
+    done = df["status"] == "completed"
+    df["over_capacity"] = done & (df["source"] == "fake") & (df["peak"] > df["capacity"])
+
+
+def profile_memory(name: str) -> tuple[float, float]:
+    """(usable, total) bytes of the hardware profile ``name``; NaN when no profile has it."""
+    try:
+        hw = named_profile(name)
+    except HardwareError:
+        return np.nan, np.nan
+    return float(hw.usable_bytes), float(hw.memory_bytes)
 
 
 def sort(df: pd.DataFrame) -> pd.DataFrame:

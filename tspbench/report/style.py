@@ -1,8 +1,8 @@
 """The one look of every report figure: colors, markers, units, tick labels, and byte-stable files.
 
 A strategy keeps its color and marker in every figure (``strategy_style``), so a reader learns
-them once; several layouts of one strategy in one panel (TP+SP 2x4 and 4x2) share that color
-and marker and differ by shade and dash. Strategies this module does not know (a third-party
+them once; several layouts of one strategy in one panel (TP+SP 2x4 and 4x2) share that hue
+and marker and differ by lightness, dash and fill. Strategies this module does not know (a third-party
 plugin) take the next free colors in name order.
 
 Files are byte-identical for identical records: no dates or versions in the metadata, a fixed
@@ -12,6 +12,7 @@ callers hand over data in a sorted order.
 
 from __future__ import annotations
 
+import colorsys
 import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,16 +86,20 @@ def strategy_style(strategies: Sequence[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def shade(color: str, amount: float) -> str:
-    """Darker (amount < 0, toward black) or lighter (> 0, toward white) version of ``color``."""
-    rgb = to_rgb(color)
-    target = 1.0 if amount > 0 else 0.0
-    return to_hex(tuple(c + (target - c) * abs(amount) for c in rgb))
+def variant_color(color: str, i: int, n: int) -> str:
+    """The color of layout ``i`` of ``n`` of one strategy: its hue, lightness spread evenly from
+    dark (0.22) to light (0.68) and the hue turned a little (22 degrees in all), so that four layouts
+    of TP+SP read as four lines, not one (a plain shade of the strategy's color did not)."""
+    if n == 1:
+        return color
+    hue, _, sat = colorsys.rgb_to_hls(*to_rgb(color))
+    t = i / (n - 1)
+    return to_hex(colorsys.hls_to_rgb((hue + 0.06 * (t - 0.5)) % 1.0, 0.22 + 0.46 * t, sat))
 
 
 class SeriesStyle:
     """Color, marker, dash and marker fill per series label. Series of one strategy share its hue
-    and marker shape and differ by shade (dark to light), dash and fill (full, hollow, half)."""
+    and marker shape and differ by lightness (dark to light), dash and fill (full, hollow, half)."""
 
     def __init__(self, series: Sequence[tuple[str, str]], all_strategies: Sequence[str]) -> None:
         """``series`` is (label, strategy) pairs in legend order; ``all_strategies`` fixes colors."""
@@ -108,8 +113,7 @@ class SeriesStyle:
             members = [label for label, s in series if s == strategy]
             color, marker = base[strategy]
             for i, label in enumerate(members):
-                amount = -0.35 + 0.8 * i / (len(members) - 1) if len(members) > 1 else 0.0
-                self.color[label] = shade(color, amount) if amount else color
+                self.color[label] = variant_color(color, i, len(members))
                 self.marker[label] = marker
                 self.variant[label] = i
 
@@ -141,6 +145,11 @@ def byte_unit(values: Sequence[float]) -> tuple[str, float]:
         if typical >= scale:
             return name, float(scale)
     return "KiB", float(2**10)
+
+
+def unit_name(scale: float) -> str:
+    """The name of a ``byte_unit`` divisor: 2**30 -> 'GiB'."""
+    return {2.0**30: "GiB", 2.0**20: "MiB", 2.0**10: "KiB"}.get(float(scale), "bytes")
 
 
 def tokens_label(n: float) -> str:

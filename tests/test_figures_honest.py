@@ -1,0 +1,246 @@
+"""Figures that cannot mislead (#36): the report's figures drawn from the stored results, checked
+against values read here straight from the files (result.json, the hardware profile YAML, the
+experiment YAML), never from the plotting code.
+
+- memory over sequence length, projected or executed in a fake world: the device's usable
+  memory drawn as a named dashed line in every panel, and every peak that does not fit (an
+  OOM point's prediction, a fake-world peak over the usable memory) marked with an X, inside
+  the axes;
+- a measured CPU sweep whose predictions run far over the capacity: every OOM X inside the axes;
+- throughput over sequence length: one y axis for all panels, the recomputation in the title,
+  OOM marks inside the axes and apart, TP+SP layouts in colors told apart, a degenerate TP+SP
+  layout named for what it runs;
+- the layouts diagram: an FSDP+SP panel beside TSP's.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import json
+from functools import cache
+from pathlib import Path
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import yaml
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from tools import layouts_diagram
+from tspbench.report import figures
+from tspbench.report.frame import context, prepare
+from tspbench.report.style import RC
+from tspbench.sweep.store import load
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+GiB, MiB = 2.0**30, 2.0**20
+
+
+# ----------------------------------------------------------------------------- expected values
+
+
+def profile(name: str) -> tuple[float, float]:
+    """(usable, total) bytes of a shipped hardware profile, read from its YAML."""
+    data = yaml.safe_load((ROOT / "tspbench" / "analytic" / "profiles" / f"{name}.yaml").read_text())
+    return data["memory_bytes"] * data["usable_memory_fraction"], float(data["memory_bytes"])
+
+
+@cache
+def records(experiment: str) -> list[dict]:
+    """Every stored point of an experiment: its result.json, with the status."""
+    out = []
+    for run in sorted((RESULTS / experiment).glob("*/result.json")):
+        status = json.loads((run.parent / "status.json").read_text())["status"]
+        out.append({**json.loads(run.read_text()), "status": status})
+    return out
+
+
+@cache
+def drawn(experiment: str, name: str) -> Figure:
+    df = prepare(load(RESULTS / experiment))
+    with mpl.rc_context(RC):
+        fig = getattr(figures, name)(df, context(df))
+    fig.draw_without_rendering()  # constrained layout places the axes: display positions hold
+    return fig
+
+
+# ----------------------------------------------------------------------------- reading a figure
+
+
+def panels(fig: Figure) -> list:
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_title() is not None and ax.lines]
+
+
+def capacity_lines(ax, value: float) -> list[Line2D]:
+    """Dashed horizontal lines across the axes at ``value`` (in the axis' unit)."""
+    return [
+        line
+        for line in ax.lines
+        if line.get_linestyle() == "--"
+        and len(set(np.round(line.get_ydata(), 6))) == 1
+        and line.get_ydata()[0] == pytest.approx(value, rel=1e-6)
+    ]
+
+
+def marks(ax) -> list[tuple[float, float, tuple]]:
+    """(x, y, rgb) in display pixels of every scatter mark (the X's) of an axes."""
+    out = []
+    for coll in ax.collections:
+        if not isinstance(coll, PathCollection):
+            continue
+        xy = coll.get_offset_transform().transform(coll.get_offsets())
+        out += [(x, y, tuple(coll.get_facecolor()[0][:3])) for x, y in xy]
+    return out
+
+
+def data_marks(ax) -> set[tuple[int, float]]:
+    """(x, y) in data units, y rounded to 0.1, of every scatter mark drawn in data coordinates."""
+    return {
+        (round(float(x)), round(float(y), 1))
+        for coll in ax.collections
+        if isinstance(coll, PathCollection) and coll.get_offset_transform() == ax.transData
+        for x, y in coll.get_offsets()
+    }
+
+
+def inside(ax, points: list[tuple[float, float, tuple]]) -> bool:
+    box = ax.bbox
+    return all(box.x0 - 0.5 <= x <= box.x1 + 0.5 and box.y0 - 0.5 <= y <= box.y1 + 0.5 for x, y, _ in points)
+
+
+def legend_texts(fig: Figure) -> list[str]:
+    return [t.get_text() for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if legend
+            for t in legend.get_texts()]  # fmt: skip
+
+
+def test_the_capacity_check_fails_on_a_figure_without_the_line() -> None:
+    """The helpers above must be able to fail: a memory plot with no capacity line has none."""
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([1, 2], [100, 200], "-o")
+    assert capacity_lines(ax, 182.4) == []
+    ax.axhline(182.4, ls="--")
+    assert len(capacity_lines(ax, 182.4)) == 1
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+@pytest.mark.parametrize("experiment", ["paper_memory_fake", "paper_memory"])
+def test_memory_figures_draw_the_devices_capacity_and_mark_what_does_not_fit(experiment: str) -> None:
+    """Projected (analytic) and fake-world (executed) memory on MI300X: TP 8 at 214.6 GiB and SP 8
+    at 261.6 GiB (128K, no recomputation) must not look as if they fit in 192 GiB."""
+    recs = records(experiment)
+    hardware = {r.get("hardware") or r.get("predicted_hardware") for r in recs}
+    assert hardware == {"mi300x"}
+    usable, total = profile("mi300x")
+    fig = drawn(experiment, "memory_vs_seq")
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["recompute none", "recompute selective", "recompute full"]
+    for ax in axes:
+        line = capacity_lines(ax, usable / GiB)
+        assert len(line) == 1, ax.get_title()
+        assert "MI300X" in line[0].get_label()
+        assert ax.get_ylim()[1] > usable / GiB  # the line shows
+    assert f"MI300X usable memory ({usable / GiB:.0f} GiB of {total / GiB:.0f} GiB)" in legend_texts(fig)
+
+    for ax in axes:
+        setting = ax.get_title().removeprefix("recompute ")
+        rows = [r for r in recs if r["recompute"] == setting]
+        over = [r for r in rows if r["status"] == "completed" and r["peak_memory_bytes"] > usable]
+        oom = [r for r in rows if r["status"] == "oom"]
+        expected = {(r["seq_len"], round(r["peak_memory_bytes"] / GiB, 1)) for r in over}
+        expected |= {(r["seq_len"], round(predicted_peak(r) / GiB, 1)) for r in oom}
+        got = {(closest_seq(x, rows), y) for x, y in data_marks(ax)}
+        assert got == expected, setting
+        assert inside(ax, marks(ax)), setting
+    none = [r for r in recs if r["recompute"] == "none" and r["seq_len"] == 131072]
+    big = {r["strategy"]: r.get("peak_memory_bytes") or r["predicted_peak_memory_bytes"] for r in none}
+    assert big["tp"] > usable and big["sp"] > usable  # the issue's two points: both marked above
+
+
+def predicted_peak(record: dict) -> float:
+    """An OOM point's predicted peak: beside a measurement, or the analytic record's own peak."""
+    return record.get("predicted_peak_memory_bytes") or record["peak_memory_bytes"]
+
+
+def closest_seq(x: float, rows: list[dict]) -> int:
+    """The swept length an X belongs to (marks at one length sit side by side: x times 2^±0.3)."""
+    seqs = sorted({r["seq_len"] for r in rows})
+    return min(seqs, key=lambda s: abs(np.log2(x / s)))
+
+
+def test_cpu_oom_predictions_far_over_capacity_stay_inside_the_axes() -> None:
+    """cpu_reference: dp4 completes at 1K and runs out at 2K, 4K and 8K, predicted at up to four
+    times the capacity; all three X's inside the axes, at their values."""
+    recs = records("cpu_reference")
+    capacity = {r["capacity_bytes"] for r in recs}
+    assert len(capacity) == 1
+    fig = drawn("cpu_reference", "memory_vs_seq")
+    (ax,) = panels(fig)
+    assert len(capacity_lines(ax, capacity.pop() / MiB)) == 1
+    dp = [r for r in recs if r["strategy"] == "dp" and r["status"] == "oom"]
+    assert sorted(r["seq_len"] for r in dp) == [2048, 4096, 8192]
+    expected = {(r["seq_len"], round(predicted_peak(r) / MiB, 1)) for r in dp}
+    got = {(closest_seq(x, recs), y) for x, y in data_marks(ax)}
+    assert expected <= got
+    assert inside(ax, marks(ax))
+    low, high = ax.get_ylim()
+    assert low < min(y for _, y in got) and max(y for _, y in got) < high
+
+
+# ----------------------------------------------------------------------------- throughput
+
+
+def test_throughput_figure_shares_its_axis_names_the_recomputation_and_keeps_marks_apart() -> None:
+    experiment = yaml.safe_load((ROOT / "experiments" / "paper_throughput.yaml").read_text())
+    recompute = experiment["settings"]["recompute"]
+    recs = records("paper_throughput")
+    assert {r["recompute"] for r in recs} == {recompute}
+    fig = drawn("paper_throughput", "throughput_vs_seq")
+    assert f"recompute {recompute}" in fig.get_suptitle()
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["2 GPUs", "4 GPUs", "8 GPUs"]
+    for ax in axes[1:]:
+        assert axes[0].get_shared_y_axes().joined(axes[0], ax)
+        assert ax.get_ylim() == axes[0].get_ylim()
+
+    pixels = fig.dpi / 72
+    for ax, world in zip(axes, (2, 4, 8), strict=True):
+        oom = [r for r in recs if r["world_size"] == world and r["status"] == "oom"]
+        xs = marks(ax)
+        assert len(xs) == len(oom) and inside(ax, xs), world
+        for i, a in enumerate(xs):  # no X hides another
+            for b in xs[i + 1 :]:
+                assert np.hypot(a[0] - b[0], a[1] - b[1]) > 5 * pixels, (world, a, b)
+
+    labels = legend_texts(fig)
+    assert "tp_sp tp8 x sp1 (= tp8)" in labels and "tp_sp tp1 x sp8 (= sp8)" in labels
+    eight = axes[2].get_legend()
+    colors = {
+        t.get_text(): h.get_color() for t, h in zip(eight.get_texts(), eight.legend_handles, strict=True)
+    }
+    tp_sp = [to_rgb(c) for label, c in colors.items() if label.startswith("tp_sp")]
+    assert len(tp_sp) == 4
+    light = sorted(colorsys.rgb_to_hls(*c)[1] for c in tp_sp)
+    assert min(np.diff(light)) >= 0.12  # four steps of lightness apart, not near-identical shades
+
+
+# ----------------------------------------------------------------------------- the layouts diagram
+
+
+def test_layouts_diagram_has_fsdp_sp_beside_tsp() -> None:
+    fig = layouts_diagram.figure()
+    kinds = [ax.get_title().split("\n")[0] for ax in fig.axes]
+    assert kinds == ["TP", "SP", "TP+SP", "FSDP+SP", "TSP"]
+    cells = [(w, t) for w in range(4) for t in range(4)]
+    assert all(layouts_diagram.owners("FSDP+SP", *c) == layouts_diagram.owners("TSP", *c) for c in cells)
+    fsdp = sum(bool(layouts_diagram.fetched("FSDP+SP", *c)) for c in cells)
+    tsp = sum(bool(layouts_diagram.fetched("TSP", *c)) for c in cells)
+    assert (fsdp, tsp) == (12, 4)  # the whole layer gathered vs one ring shard per rank
+    plt.close(fig)
