@@ -36,7 +36,7 @@ from tspbench.report.frame import context, prepare
 from tspbench.report.style import RC
 from tspbench.sweep.store import load
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 RESULTS = ROOT / "results"
 GiB, MiB = 2.0**30, 2.0**20
 
