@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import pytest
 
-# files taking more than ~25 s on a 2-core host, longest first (tests/ and benchmarks/ alike)
+# files taking more than ~25 s on a 2-core host, longest first (tests/ and benchmarks/ alike),
+# by their path from the repository root (the rootdir)
 LONGEST_FIRST = (
-    "test_analytic.py",
-    "test_fake.py",
-    "test_sweep.py",
-    "test_strategies.py",
-    "test_slurm_sweep.py",
-    "test_checks.py",
-    "test_docs.py",
-    "test_slurm_local.py",
-    "test_tsp.py",
-    "test_gpu_check.py",
+    "tests/analytic/test_predict.py",
+    "tests/measure/test_fake.py",
+    "tests/sweep/test_sweep.py",
+    "tests/strategies/test_numerics.py",
+    "tests/sweep/test_slurm.py",
+    "tests/measure/test_validate.py",
+    "tests/project/test_docs.py",
+    "tests/project/test_slurm_local.py",
+    "tests/strategies/test_tsp.py",
+    "tests/measure/test_gpu_check.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    # a node id starts with its file's path from the rootdir: "tests/measure/test_fake.py::..."
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: file order kept

@@ -1,10 +1,10 @@
 """One measured step per workload on a launched rank: what the fake world and the analytic model
-are held against (tests/test_fake.py, tests/test_analytic.py).
+are held against (tests/measure/test_fake.py, tests/analytic/test_predict.py).
 
 One step is enough: while the memory tracker counts, tspbench's collectives run on staging
 copies gloo never sees (tspbench.dist.comm.staging), so no buffer of the program dies late on
 gloo's worker thread, and the same step peaks at the same byte every time
-(tests/test_comm.py::test_under_staging_no_program_tensor_dies_on_gloos_thread). Training is
+(tests/dist/test_comm.py::test_under_staging_no_program_tensor_dies_on_gloos_thread). Training is
 measured on its second step, when the AdamW state exists: the FLOP count takes the first.
 """
 

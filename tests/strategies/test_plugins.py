@@ -1,27 +1,32 @@
 """Every built-in plugin module (strategies/, installed as tspbench.strategies): the strategy
 modules each register one strategy under their file's name, and the helper modules of TSP
 (its attention loop and its rings) register none. Each strategy's numerics are checked against
-the single-device reference in tests/test_strategies.py; this test only holds the plugin folder
-and the registry to each other."""
+the single-device reference in tests/strategies/test_numerics.py; this test only holds the plugin
+folder and the registry to each other."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 
 import pytest
+from tspbench.strategies import dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp, tsp_attention, tsp_ring
 
 from tspbench.strategy import Strategy, available, get_strategy
 
 FOLDER = Path(__file__).resolve().parents[2] / "strategies"
 MODULES = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
 HELPERS = {"tsp_attention", "tsp_ring"}  # TSP's pieces, not strategies
+# imported by name, not from a string: tests/project/test_layout.py reads which modules tests import
+IMPORTED = {
+    m.__name__.rpartition(".")[2]: m for m in (dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp, tsp_attention, tsp_ring)
+}
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_each_plugin_module_imports_and_defines_what_its_name_says(module: str) -> None:
-    loaded = importlib.import_module(f"tspbench.strategies.{module}")
+    assert module in IMPORTED, f"strategies/{module}.py: import it above"
+    loaded = IMPORTED[module]
     own = [
         c for _, c in inspect.getmembers(loaded, inspect.isclass)
         if issubclass(c, Strategy) and c.__module__ == loaded.__name__ and c.name

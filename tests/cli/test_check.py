@@ -16,7 +16,7 @@ from cli_exit import exit_code
 from tspbench.cli.check import CHECKS
 from tspbench.cli.main import build_parser
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STORED = REPO / "results" / "timeline_check"
 NAMES = (
     "backtest", "timeline-ops", "torch-estimator", "overlap", "trace-cost", "tsp-prefetch", "host-drift",

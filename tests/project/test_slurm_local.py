@@ -3,7 +3,7 @@
 The cluster is started once for the module by ``LocalSlurmCluster`` in a temporary folder; the
 tests are skipped with the reason from ``ensure_installed()`` where Slurm cannot run (no apt,
 not root, not Linux). Every wait has a timeout, so a broken cluster fails instead of hanging.
-Run: ``pytest -m slurm tests/test_slurm_local.py -v -s`` (``-s`` shows the measured times).
+Run: ``pytest -m slurm tests/project/test_slurm_local.py -v -s`` (``-s`` shows the measured times).
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def test_bad_value_exits_2_naming_the_problem(argv: list[str], problem: str, cap
 def test_results_or_output_path_that_is_a_file_exits_2(tmp_path, capsys) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("")
-    experiment = str(Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml")
+    experiment = str(Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml")
     for argv, problem in (
         (["run", experiment, "--results", str(a_file)], f"--results {a_file}: is a file, expected a folder"),
         (["run", experiment, "--results", str(a_file / "sub")], f"{a_file} is a file, not a folder"),
@@ -213,7 +213,7 @@ def test_unwritable_output_is_refused_before_any_work(tmp_path: Path, capsys, mo
 
     monkeypatch.setattr(tspbench.cli.analytic, "calibrate", must_not_run)
     monkeypatch.setattr(tspbench.measure.gpu_check, "run", must_not_run)
-    experiment = str(Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml")
+    experiment = str(Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml")
     cases = [
         (["calibrate", "--quick", "--out", "/proc/tspbench-x/cpu.yaml"], "--out /proc/tspbench-x/cpu.yaml"),
         (["run", experiment, "--results", "/proc/tspbench-x"], "--results /proc/tspbench-x"),

@@ -27,7 +27,7 @@ from tspbench.report.frame import context, prepare
 from tspbench.report.style import RC, save
 from tspbench.sweep.store import load
 
-SOURCE = Path(__file__).resolve().parents[1] / "results" / "cpu_reference"
+SOURCE = Path(__file__).resolve().parents[2] / "results" / "cpu_reference"
 RUNS = {
     "45c997f1eb": ("tp", 1024, 4),
     "67bfd1ef12": ("sp", 1024, 4),

@@ -11,7 +11,7 @@ real run.
 CUDA path (simulated, bf16): every strategy at world size 2 and 4 trains and prefills; every
 attention call is the flash kernel, never SDPA's math path, and only with semantics every
 backend documents alike (no mask, or a causal square: a chunk at an offset is split into its
-key prefix and a square, tests/test_model.py checks the split's values on CPU); the
+key prefix and a square, tests/model/test_model.py checks the split's values on CPU); the
 collectives equal the strategy's analytic count; parameters are bf16 and the optimizer keeps
 float32 master weights and moments (12 bytes per parameter), except FSDP2's float32 shards (4
 bytes) with float32 moments (8 bytes).

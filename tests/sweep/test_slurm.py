@@ -10,7 +10,7 @@ job ends at once through srun's kill-on-bad-exit), a point over the simulated ca
 sweep on the same results folder refused while the first runs. Then: a world larger than the
 cluster refused by ``--dry-run`` from sinfo's node count, and a job that can never start
 (pending for PartitionNodeLimit) cancelled and recorded ``failed`` at once.
-Run: ``pytest -m slurm tests/test_slurm_sweep.py -v -s`` (``-s`` shows the measured times).
+Run: ``pytest -m slurm tests/sweep/test_slurm.py -v -s`` (``-s`` shows the measured times).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_a_world_larger_than_the_cluster_is_refused_by_sinfo(
     cluster: LocalSlurmCluster, tmp_path: Path
 ) -> None:
     """A profile that does not say how many nodes: sinfo's count of the partition decides."""
-    profile = yaml.safe_load((Path(__file__).resolve().parents[1] / "slurm" / "local.yaml").read_text())
+    profile = yaml.safe_load((Path(__file__).resolve().parents[2] / "slurm" / "local.yaml").read_text())
     profile.pop("nodes")
     (tmp_path / "unsized.yaml").write_text(yaml.safe_dump(profile))
     data = {"name": "big", "model": {"preset": "tiny"}, "settings": {"seq_len": 256, "device": "cpu"},

@@ -26,7 +26,7 @@ from tspbench.measure.calibrate import calibrate, calibration_steps
 
 pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYOUTS = [{"strategy": "dp", "dp": 2}, {"strategy": "tp", "tp": 2}, {"strategy": "sp", "sp": 2}]
 ESC = "\x1b"
 

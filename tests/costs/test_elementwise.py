@@ -8,12 +8,15 @@ ops it leaves out (norm statistics [T, 1], index arithmetic) stay under 4% at th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import COMPUTE, ELEMENTWISE, load_traces
+from tspbench.costs import elementwise
+from tspbench.costs.memory import Shapes
 from tspbench.dist.fake_world import FakeWorld
 from tspbench.measure import fake_cuda
 from tspbench.measure.fake import fake_bench
@@ -64,3 +67,30 @@ def test_the_model_counts_the_element_wise_bytes_the_step_records(
     assert record["status"] == "completed", record.get("error")
     counted = check_layout(layout, workload).for_analysis(layout, workload).elementwise_step_bytes()
     assert counted == pytest.approx(max(recorded_bytes(tmp_path / "t.npz")), rel=0.04)
+
+
+SMALL = Shapes(
+    batch=2, tokens=8, stream_tokens=8, seq=8, hidden=16, q=16, kv=16, ffn=32, vocab=10, heads=2,
+    kv_parts=1, elt=4, layers=3,
+)  # fmt: skip
+
+
+def test_an_rms_norm_moves_its_bytes_by_hand_in_float32_and_bfloat16() -> None:
+    """Per element, from the operator list at the top of tspbench.costs.elementwise: float32
+    forward norm 4, x * rstd 4 + 4, * weight 8 = 20, backward 3 x 4 + 16 x 4 = 76; bfloat16
+    activations take 2 bytes and add a cast each way (4 + 2): forward 2 + 6 + 6 + 4 = 18,
+    backward 6 + 64 + 6 = 76."""
+    n = 2 * 8 * 16
+    assert elementwise.norm_bytes(SMALL, 8) == (20 * n, 76 * n)
+    assert elementwise.norm_bytes(replace(SMALL, elt=2), 8) == (18 * n, 76 * n)
+    assert elementwise.norm_bytes(SMALL, 4) == (20 * n // 2, 76 * n // 2)  # over half the tokens
+
+
+def test_a_step_runs_each_block_forward_once_more_where_it_is_recomputed() -> None:
+    """3 layers of (forward 10, backward 30) and ends of (5, 7) bytes."""
+    block, ends = (10, 30), (5, 7)
+    assert elementwise.over_step(3, "train", 1, block, ends) == 3 * (10 + 30) + 5 + 7
+    assert elementwise.over_step(3, "train", 2, block, ends) == 3 * (2 * 10 + 30) + 5 + 7
+    assert elementwise.over_step(3, "infer", 2, block, ends) == 3 * 10 + 5  # a forward: no backward
+    assert [elementwise.recomputed_forwards("train", r) for r in ("none", "selective", "full")] == [1, 2, 2]
+    assert elementwise.recomputed_forwards("infer", "full") == 1

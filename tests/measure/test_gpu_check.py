@@ -1,6 +1,6 @@
 """The GPU check script runs end to end: on CPU here (2 gloo ranks, tiny model), so it cannot rot;
 on a machine with GPUs the same quick run on them must pass. (Without a GPU, a plain gpu-check is
-a usage error: tests/test_cli.py.)"""
+a usage error: tests/cli/test_cli.py.)"""
 
 from __future__ import annotations
 

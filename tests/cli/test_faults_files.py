@@ -24,7 +24,7 @@ from tspbench.core.files import write_atomic
 from tspbench.core.trace import EVENT, Group, RankTrace, load_traces, save_traces
 from tspbench.measure.calibrate import Calibration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

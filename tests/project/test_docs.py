@@ -20,7 +20,7 @@ from tspbench.cli import main
 from tspbench.core.fields import field_for
 from tspbench.report.stored import Part
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = (
     "strategies", "measuring", "fake-world", "time-model", "decode", "slurm", "results",
     "reproducing-the-paper",

@@ -237,7 +237,7 @@ def test_without_measured_passes_the_optimizer_costs_what_its_step_moves(
     strategy: str, element_bytes: int
 ) -> None:
     """On a GPU in bfloat16, AdamW on float32 master copies moves 96 B a parameter (kernels
-    listed in tspbench.model.optim and recorded in tests/test_trace.py), FSDP2's fused AdamW on
+    listed in tspbench.model.optim and recorded in tests/measure/test_trace.py), FSDP2's fused AdamW on
     its float32 shards 8 x 4 B; a profile that measured 1 pass over the parameter bytes instead
     moves 2 B (bfloat16) or 4 B (float32) a parameter."""
     workload = replace(SMALL, dtype="bfloat16", device="cuda")
@@ -283,7 +283,7 @@ def test_every_shipped_profile_says_where_each_rate_comes_from() -> None:
 def test_a_bad_profile_field_is_one_line_naming_file_and_key(
     tmp_path: Path, change: dict, message: str
 ) -> None:
-    data = yaml.safe_load((Path(__file__).parents[1] / "tspbench/analytic/profiles/h100.yaml").read_text())
+    data = yaml.safe_load((Path(__file__).parents[2] / "tspbench/analytic/profiles/h100.yaml").read_text())
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({**data, **change}))
     with pytest.raises(HardwareError, match=rf"bad\.yaml: {message}"):

@@ -20,7 +20,7 @@ from tspbench.sweep.cluster import load_profile, profile_names
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.points import expand
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 
 

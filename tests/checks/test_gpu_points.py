@@ -13,7 +13,7 @@ from tspbench.analytic.timeline import timeline
 from tspbench.checks.gpu_points import score, scores_table
 from tspbench.core.trace import load_traces
 
-H200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+H200 = Path(__file__).resolve().parents[2] / "results" / "h200"
 
 
 @pytest.fixture(scope="module")

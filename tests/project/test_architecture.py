@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = {"tspbench": ROOT / "tspbench", "tspbench.strategies": ROOT / "strategies"}
 
 # Layers, bottom to top: a module imports its own layer or lower ones only.

@@ -170,7 +170,7 @@ def test_unknown_simulated_kernel_is_refused() -> None:
 def test_a_simulated_gpu_runs_the_kernel_it_names(kernel: str) -> None:
     """Under fake tensors the model's causal square calls the kernel the simulated device names,
     and the call is recorded by name (the offset split and backward need the fake world's CUDA
-    shim: tests/test_fake.py)."""
+    shim: tests/measure/test_fake.py)."""
     seen: list[str] = []
 
     class Ops(TorchDispatchMode):

@@ -1,4 +1,4 @@
-"""What the torch-wrapper baselines promise beyond the contract tests (tests/test_strategies.py):
+"""What the torch-wrapper baselines promise beyond the contract tests (tests/strategies/test_numerics.py):
 DDP's all-reduces start during backward, FSDP's padded shards stay exact and hold 1/D of the
 state, and bad input is one line, exit 2, before any rank starts."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from tspbench.report.build import report
 from tspbench.report.gpu_runs import gpu_run_folders, write_gpu_runs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUN = "2026-12-04_dd1d213"
 
 

@@ -153,7 +153,7 @@ def test_killed_sweep_resumes_without_redoing_completed_points(tmp_path: Path, e
 
 
 # ----------------------------------------------------------------------------- Slurm bookkeeping
-# The real cluster runs in test_slurm_sweep.py; these pin the state handling without one.
+# The real cluster runs in tests/sweep/test_slurm.py; these pin the state handling without one.
 
 SACCT = "100_0|COMPLETED\n100_[1-2%2]|PENDING\n101|CANCELLED by 0\n102|OUT_OF_MEMORY\n103|TIMEOUT\n"
 SQUEUE = "100_1 RUNNING None\n100_2 PENDING Resources\n104 PENDING PartitionNodeLimit\n"

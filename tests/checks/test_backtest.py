@@ -20,7 +20,7 @@ from tspbench.core.errors import ExperimentError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FILE = REPO / "results" / "published" / "published.yaml"
 
 

@@ -20,7 +20,7 @@ from cli_exit import exit_code
 
 from tspbench.cli.main import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def interrupted(argv: list[str], started: str, cwd: Path, after_s: float = 0.0) -> tuple[int, str]:

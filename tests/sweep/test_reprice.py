@@ -16,7 +16,7 @@ from tspbench.analytic.hardware import load_hardware
 from tspbench.checks import timeline_ops
 from tspbench.sweep.reprice import reprice_run
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 MODELLED = ("timeline_", "predicted_")  # the fields the two models give
 
 

@@ -25,7 +25,7 @@ from tspbench.report.tables import summary_table
 
 pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
 
-PROFILES = Path(__file__).resolve().parents[1] / "tspbench" / "analytic" / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "tspbench" / "analytic" / "profiles"
 LAYOUT = Layout("tp", tp=2)
 A_STEP = {"model_flops_per_step": 1e15, "step_time_s": 1.0}
 

@@ -24,7 +24,7 @@ import tspbench
 from tspbench.cli.main import build_parser, main
 from tspbench.core.units import format_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB, KIB = 2**30, 2**20, 2**10
 
 
