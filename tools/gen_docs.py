@@ -51,6 +51,8 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "projected": studies.projected,
     "backtest": studies.backtest,
     "tsp_fsdp": studies.tsp_fsdp,
+    "gpu_scores": studies.gpu_scores,
+    "headline": studies.headline,
     "decode": studies.decode,
     "fake_cost": studies.fake_cost,
     "mfu": studies.mfu_convention,

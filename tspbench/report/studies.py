@@ -189,3 +189,49 @@ def mfu_convention(results: Path) -> Values:
     cfg, seq = ModelConfig.preset("7b"), 32768
     half = forward_flops_per_sequence(cfg, seq)
     return {"whole_square_ratio": f"{(half + cfg.n_layers * attention_flops_per_layer(cfg, seq)) / half:.2f}"}
+
+
+def gpu_scores(results: Path) -> Values:
+    """The GPU test set (results/h200/scores.csv, ``tspbench check gpu-points``): the steps measured
+    with the attention kernel the h200 profile names, and the CUDA-graphed decode's TPOT."""
+    df = pd.read_csv(results / "h200" / "scores.csv")
+    steps = df[(df["what"] == "step") & (df["attention_kernel"] == "cudnn")]
+    tpot = df[(df["what"] == "tpot") & df["point"].isin(["decode probe", "gpu-check decode/tpot"])]
+
+    def span(column: pd.Series) -> str:
+        return f"{pct(column.min())} to {pct(column.max())}"
+
+    return {
+        "steps": str(len(steps)),
+        "timeline": span(steps["timeline_shipped_error"]),
+        "model": span(steps["model_shipped_error"]),
+        "timeline_same_run": span(steps["timeline_same_run_error"].dropna()),
+        "tpot_runs": str(len(tpot)),
+        "tpot": span(tpot["model_shipped_error"]),
+    }
+
+
+def headline(results: Path) -> Values:
+    """TSP against its peer at the paper's point (the 7B on 8 GPUs, 128K tokens): peak memory per
+    GPU executed in the fake world, by recomputation, and training throughput projected for MI300X
+    with selective recomputation (the analytic model)."""
+    fake = named(completed(results, "paper_memory_fake", seq_len=131072))
+
+    def gib(layout: str, recompute: str) -> str:
+        row = fake[(fake["layout"] == layout) & (fake["recompute"] == recompute)]
+        return f"{row['peak_memory_bytes'].iloc[0] / GIB:.1f}"
+
+    none = fake[fake["recompute"] == "none"]
+    over = none[none["peak_memory_bytes"] / GIB > MI300X_USABLE_GIB]
+    node = named(completed(results, "paper_throughput", seq_len=131072, recompute="selective"))
+    node = node[node["world_size"] == 8].set_index("layout")["tokens_per_s_per_gpu"]
+    return {
+        "tsp_none": gib("TSP 8", "none"),
+        "fsdp_none": gib("FSDP+SP 8", "none"),
+        "fsdp_selective": gib("FSDP+SP 8", "selective"),
+        "tsp_full": gib("TSP 8", "full"),
+        "over": ", ".join(f"{r.layout} ({r.peak_memory_bytes / GIB:.1f} GiB)" for r in over.itertuples()),
+        "usable": f"{MI300X_USABLE_GIB:.1f}",
+        "tsp_tput": f"{node['TSP 8']:,.0f}",
+        "fsdp_tput": f"{node['FSDP+SP 8']:,.0f}",
+    }
