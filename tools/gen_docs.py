@@ -5,7 +5,7 @@ the numbers and tables are computed from the stored records by tspbench.report.s
 tspbench.report.time_checks, and the words around them are the templates' own. A value may be
 a ``Part``, a fragment of docs/templates/parts/ filled with its own ``{{name}}`` values, where
 the wording depends on the data, or None, where a conditional sentence does not apply.
-tests/test_docs.py fails when a rendered file no longer matches what the records give.
+tests/project/test_docs.py fails when a rendered file no longer matches what the records give.
 
     python -m tools.gen_docs            # write README.md and docs/*.md
     python -m tools.gen_docs --check    # exit 1 naming every file that differs

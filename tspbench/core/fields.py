@@ -1,6 +1,6 @@
 """Every field of a record (results/<experiment>/<run>/result.json, records.csv, bench --json),
 with its unit and where its number comes from. docs/results.md is generated from this table
-(``tools/gen_docs.py``), and tests/test_docs.py checks that every key of every stored record
+(``tools/gen_docs.py``), and tests/project/test_docs.py checks that every key of every stored record
 is one of these, so neither can drift from the code.
 
 A name may hold a placeholder: <category> (peak memory categories), <op> (collective ops),

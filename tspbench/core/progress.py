@@ -4,7 +4,7 @@ Sweeps, the fake world and calibrate take a ``Progress`` and report events to it
 work of so many units begins (``start``: a sweep's points, a calibration's steps, a fake
 world's ranks), what is in flight (``update``), a unit finished (``finished``), a line of
 information (``note``) or of trouble (``warn``), the end (``close``). Only tspbench.cli prints
-(tests/test_architecture.py), so the CLI hands down one that draws them (a bar with an ETA
+(tests/project/test_architecture.py), so the CLI hands down one that draws them (a bar with an ETA
 on a terminal, plain lines in logs: tspbench.cli.terminal). This base class only counts, so
 library callers and tests that pass none get silence, not output they did not ask for.
 """

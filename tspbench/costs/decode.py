@@ -30,7 +30,7 @@ from tspbench.costs.flops import rows_gemm_flops
 ELEMENTWISE_PASSES = 4  # passes over a step's [rows, h] and [rows, ffn] tensors per layer
 # The ops with a kernel (every aten op but views) of one decode step of the model on one rank
 # holding whole sequences, in bf16: per layer, and outside the layers (embedding, RoPE's angles,
-# the final norm, the head). tests/test_decode_analytic.py counts them on the model itself. On one
+# the final norm, the head). tests/analytic/test_decode.py counts them on the model itself. On one
 # H200 a graphed step of the 7B ran 1,495 kernels against the 1,303 counted here (cuBLAS and
 # SDPA launch a few more than one kernel per op; results/h200/2026-12-04_149a5a5).
 KERNELS_PER_LAYER, KERNELS_OUTSIDE_LAYERS = 40, 23

@@ -18,7 +18,7 @@ What it measures is exact, because it is what the program does, op by op:
 and it cannot measure time (no kernel runs), allocator effects (caching-allocator
 fragmentation and reserved memory, a kernel's private workspace) or the communication
 library's own buffers (NCCL/RCCL). On ``--device cpu`` it equals a real gloo run
-(tests/test_fake.py). A rank that raises - an op without a fake kernel, a data-dependent
+(tests/measure/test_fake.py). A rank that raises - an op without a fake kernel, a data-dependent
 shape - becomes a ``failed`` record that names the op.
 """
 
