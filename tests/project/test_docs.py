@@ -133,3 +133,16 @@ def test_a_quick_command_of_the_docs_runs(where: str, command: str, monkeypatch:
     monkeypatch.chdir(REPO)
     code, err = _run(command)
     assert code == 0, f"{where}: {command}\n{err[-2000:]}"
+
+
+def test_the_readme_is_for_users() -> None:
+    """At most 150 lines; no issue numbers or check tables in it or docs/; every command of its
+    quick block prints what it did (none ends in /dev/null)."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for page in DOCS:
+        text = page.read_text()
+        assert not re.search(r"(issue #|\(#)\d+", text), page.name
+        assert "| holds |" not in text, page.name
+    quick = [command for where, command in _quick_blocks() if where == "README.md"]
+    assert quick and not [c for c in quick if "/dev/null" in c]
