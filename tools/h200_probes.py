@@ -29,7 +29,7 @@ import torch
 
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
-from tspbench.measure.gpu_rows import timed
+from tspbench.measure.launches import timed
 from tspbench.model import attention
 
 SEVEN_B_4 = replace(ModelConfig.preset("7b"), n_layers=4, name="7b-4layers")

@@ -25,6 +25,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import predict
 from tspbench.analytic.profile_choice import named_profile
 from tspbench.core.files import write_atomic
+from tspbench.core.names import AXES
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 from tspbench.measure.replayed import reprice
@@ -46,7 +47,7 @@ class Measured:
 
 def layout_workload(record: dict) -> tuple[Layout, Workload]:
     """The point a stored record measured."""
-    degrees = {axis: int(record.get(axis, 1)) for axis in ("dp", "tp", "sp", "tsp", "fsdp")}
+    degrees = {axis: int(record.get(axis, 1)) for axis in AXES}
     layout = Layout(record["strategy"], **degrees)
     workload = Workload(
         ModelConfig.preset(record["model"]), int(record["batch"]), int(record["seq_len"]), record["mode"],

@@ -18,9 +18,6 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,6 +27,7 @@ import torch.nn.functional as F
 from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.core.spec import Layout, ModelConfig
 from tspbench.measure.bench import bench
+from tspbench.measure.launches import timed
 from tspbench.model.attention import causal_attention
 
 if TYPE_CHECKING:
@@ -48,21 +46,6 @@ class Check:
     status: str
     summary: str
     details: dict = field(default_factory=dict)
-
-
-def timed(fn: Callable[[], None], device: str, repeats: int) -> float:
-    """Median seconds of ``fn`` over ``repeats`` runs after two warm-ups (synchronised)."""
-    times = []
-    for i in range(repeats + 2):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def attention_pairs(seq: int, heads: int, d: int, device: str, dtype: torch.dtype) -> dict[str, tuple]:

@@ -23,14 +23,17 @@ import torch
 KERNELS = 2000
 
 
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall seconds of ``fn()`` on the GPU, synchronised, after two warm-ups."""
+def timed(fn: Callable[[], object], device: str, repeats: int) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` runs after two warm-ups, synchronised on a
+    GPU (gpu-check's timer)."""
     times = []
     for i in range(repeats + 2):
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         if i >= 2:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
@@ -56,4 +59,4 @@ def launch_costs(repeats: int = 5) -> dict[str, float]:
             one.replay()
 
     per_kernel = {"eager_kernel_us": eager, "graph_kernel_us": many.replay, "graph_replay_us": replays}
-    return {key: round(median_seconds(fn, repeats) / KERNELS * 1e6, 3) for key, fn in per_kernel.items()}
+    return {key: round(timed(fn, "cuda", repeats) / KERNELS * 1e6, 3) for key, fn in per_kernel.items()}
