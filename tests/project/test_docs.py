@@ -29,7 +29,9 @@ DOCS = [REPO / "README.md", *(REPO / "docs" / f"{page}.md" for page in PAGES)]
 # how a change log talks; the README and docs say what holds now
 HISTORY = re.compile(
     r"\b(this stop|last stop|this session|until now|until this|generations?|no longer|used to be|"
-    r"previously|was fixed|were fixed|we fixed|before this change|the old (code|model))\b",
+    r"previously|was fixed|were fixed|we fixed|before this change|the old (code|model)|"
+    r"previous measurement|calibrated before this run|this time|fixed before|before that|"
+    r"has not been \w+ that way|\d+ s here|now \d)\b",
     re.IGNORECASE,
 )
 
