@@ -85,7 +85,8 @@ def elementwise_passes(
         profiled.elementwise_rank, 1, model, tokens, repeats, *device_dtype(), timeout=step_timeout()
     )[0]
     rec.step("element-wise passes of a step")
-    sized = {mode: single_device(model, tokens, mode) for mode in ("train", "infer")}
+    device, dtype = device_dtype()  # the bytes of the step that ran (bf16 on a GPU), not float32's
+    sized = {mode: single_device(model, tokens, mode, dtype, device) for mode in ("train", "infer")}
     basis = {mode: model.n_layers * s.elementwise_layer_bytes() for mode, s in sized.items()}
     basis["optimizer"] = sized["train"].predict_memory().persistent["parameters"]
     what = {"train": "train step", "infer": "forward", "optimizer": "AdamW step"}
@@ -164,7 +165,10 @@ def launch_figures(rec: Recorder, repeats: int) -> dict:
     return costs
 
 
-def single_device(model: ModelConfig, tokens: int, mode: str) -> Strategy:
-    """The analytic sizes of one rank holding the whole model (DP over a world of one)."""
-    workload = Workload(model, 1, tokens, mode)
+def single_device(
+    model: ModelConfig, tokens: int, mode: str, dtype: str = "float32", device: str = "cpu"
+) -> Strategy:
+    """The analytic sizes of one rank holding the whole model (DP over a world of one), in the
+    ``dtype`` its step runs in (element-wise passes are seconds over these bytes)."""
+    workload = Workload(model, 1, tokens, mode, "none", dtype, device)
     return check_layout(Layout("dp"), workload).for_analysis(Layout("dp"), workload)
