@@ -52,3 +52,14 @@ def test_the_table_has_a_line_per_row_and_marks_what_does_not_apply(rows: list[d
     run_without_calibration = next(r for r in rows if "model_same_run_error" not in r)
     line = next(x for x in table if x.startswith(f"| {run_without_calibration['run']} |"))
     assert line.rstrip(" |").endswith("-")
+
+
+def test_the_closed_form_meets_the_goal_on_the_points_of_the_kernel_the_code_calls(rows: list[dict]) -> None:
+    """On the shipped h200 profile (cuDNN attention, measured), the closed form is within 10% of
+    every step measured on cuDNN's attention and within 20% of every graphed TPOT. (19dc874's steps
+    called FlashAttention-2 by name, 1.7-1.9x slower at attention: not this profile's kernel.)"""
+    steps = [r for r in rows if r["what"] == "step" and r["attention_kernel"] == "cudnn"]
+    tpots = [r for r in rows if r["what"] == "tpot" and r["point"] != "d1_7b_decode_16k_b4"]
+    assert len(steps) == 5 and len(tpots) == 2
+    assert all(abs(r["model_shipped_error"]) <= 0.10 for r in steps)
+    assert all(abs(r["model_shipped_error"]) <= 0.20 for r in tpots)

@@ -12,6 +12,12 @@ price every op here and nowhere else, so a price changes in one place.
     element-wise  bytes / bandwidth: HBM's, or, named by its op, the rate the profile measured
                   for that op (``elementwise_by_op``; "*": every other op)
     at a share    (kernel seconds + per-op overhead) / the rank's share of its device
+    per kernel    ``op_overhead_us`` each: the fixed device time of a kernel that the per-op,
+                  GEMM and counted rates leave out (``kernel_overhead_seconds``)
+    host          ``host_overhead_us`` per op dispatched, kernel or view, outside its kernel (a
+                  CPU's Python and autograd; 0 where the host runs ahead), and where a GPU's
+                  host is behind, what the device waits for it: ops x ``launch_us`` beyond the
+                  device's own time (``host_seconds``)
     collective    latency + bus bytes / bus bandwidth of its op, group size and link (inside a
                   node or across the NIC: ``crosses_nodes``); the latency and the transfer
                   apart, since only the transfer holds the link
@@ -85,6 +91,19 @@ def elementwise_seconds(nbytes, gbs):
 def at_share(kernel_s, share, overhead_s: float = 0.0):
     """A kernel's seconds and its per-op overhead at the rank's ``share`` of its device."""
     return (kernel_s + overhead_s) / share
+
+
+def kernel_overhead_seconds(hw: Hardware, kernels: int) -> float:
+    """Seconds of the fixed device cost of ``kernels`` kernels (``op_overhead_us`` each)."""
+    return kernels * hw.op_overhead_us * 1e-6
+
+
+def host_seconds(hw: Hardware, ops: int, device_s: float) -> float:
+    """Seconds a step of ``ops`` dispatched ops (kernels and views) adds to ``device_s`` of device
+    time for its host: ``host_overhead_us`` per op, plus what the device waits where the host
+    launching ``ops`` eagerly at ``launch_us`` each falls behind it."""
+    per_op = ops * hw.host_overhead_us * 1e-6
+    return per_op + max(0.0, ops * hw.launch_us * 1e-6 - device_s)
 
 
 def graph_launch_seconds(hw: Hardware, kernels: int) -> float:

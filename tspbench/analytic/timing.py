@@ -6,6 +6,12 @@
                                   square causal blocks apart, each at the rate measured for its
                                   size (the zigzag chunk; the square's side)
                + element-wise bytes / memory bandwidth / share
+               + kernels x op_overhead_us / share   each GEMM and attention kernel, and each
+                                  element-wise kernel where its bytes are counted (measured
+                                  passes are device time, their kernels' fixed cost in it);
+                                  kernels counted from the model's code (tspbench.costs.kernels)
+               + host: ops (kernels and views) x host_overhead_us, and where a GPU's host
+                 launching them at launch_us each is slower than the device, the difference
                share: the rank's share of its device, 1 on a GPU; on a CPU host whose ranks
                outnumber its cores, what calibrate measured them to get running GEMMs (and,
                apart, attention) all at once
@@ -42,8 +48,12 @@ measured them (``calibrate``, on a CPU: the element-wise ops' time of a single-d
 the measured bandwidth) or fitted them (``backtest --fit``) gives ``elementwise_passes`` instead:
 passes over the activations a block computes (Strategy.elementwise_layer_bytes), per layer,
 one forward's more under full recomputation, and over the parameter bytes for AdamW (counted
-when the profile gives no optimizer passes). Not counted: the per-kernel launch cost the timeline
-adds (``op_overhead_us``): the closed form has no kernel count.
+when the profile gives no optimizer passes). Measured passes are calibrate's device time of a
+single-device step over the bytes of that step, in its dtype (bf16 on a GPU).
+
+Per-kernel and host costs as the timeline prices them op by op (tspbench.analytic.replay_costs),
+from a count of the step's kernels (tspbench.costs.kernels: the model's own ops, exact for dp;
+what a strategy's own code adds is not counted).
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ from tspbench.analytic.hardware import ASSUMED_PASSES, Hardware
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.elementwise import ElementwiseWork
 from tspbench.costs.flops import FlopTerms
+from tspbench.costs.kernels import StepKernels, step_kernels
 from tspbench.dist.mesh import Mesh
 from tspbench.model.optim import step_bytes_per_element
 from tspbench.strategy.traffic import Traffic
@@ -71,10 +82,11 @@ class StepTime:
     comm_hidden_s: float  # collectives the schedule overlaps with compute (all of them)
     overlap_efficiency: float
     share: float  # the rank's share of its device
+    host_s: float = 0.0  # the host's time per op, and where it is behind the device, the wait
 
     @property
     def compute_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.host_s
 
     @property
     def hidden_exposed_s(self) -> float:
@@ -103,18 +115,28 @@ def ranks_per_node(layout: Layout, hw: Hardware) -> int:
 
 
 def compute_seconds(
-    flops: FlopTerms, elementwise_bytes: float, hw: Hardware, ranks_on_node: int
+    flops: FlopTerms,
+    elementwise_bytes: float,
+    hw: Hardware,
+    ranks_on_node: int,
+    kernels: StepKernels | None = None,
 ) -> tuple[float, float, float]:
-    """(GEMM, attention, element-wise) seconds at the rank's share of its device."""
+    """(GEMM, attention, element-wise) seconds at the rank's share of its device, each with its
+    ``kernels``' fixed cost (``prices.kernel_overhead_seconds``; None: none counted). Element-wise
+    kernels count only where their bytes are counted: measured passes hold their fixed cost."""
     share, attention_share = hw.share(ranks_on_node), hw.attention_share(ranks_on_node)
     causal = flops.attention * flops.causal_fraction
     block = flops.causal_block
     attention = prices.attention_seconds(hw, flops.attention - causal, False, block)
     attention += prices.attention_seconds(hw, causal, True, block)
+    k = kernels or StepKernels(0, 0, 0, 0)
+    counted = 0 if hw.elementwise_passes else k.elementwise
+    elementwise = prices.elementwise_seconds(elementwise_bytes, prices.elementwise_gbs(hw))
+    fixed = prices.kernel_overhead_seconds
     return (
-        prices.at_share(prices.gemm_seconds(hw, flops.gemm), share),
-        prices.at_share(attention, attention_share),
-        prices.at_share(prices.elementwise_seconds(elementwise_bytes, prices.elementwise_gbs(hw)), share),
+        prices.at_share(prices.gemm_seconds(hw, flops.gemm), share, fixed(hw, k.gemm)),
+        prices.at_share(attention, attention_share, fixed(hw, k.attention)),
+        prices.at_share(elementwise, share, fixed(hw, counted)),
     )
 
 
@@ -235,7 +257,9 @@ def step_time(
     ranks = ranks_per_node(layout, hw)
     share = hw.share(ranks)
     elementwise = elementwise_bytes(workload, work, hw)
-    gemm, attention, other = compute_seconds(flops, elementwise, hw, ranks)
+    kernels = step_kernels(workload)
+    gemm, attention, other = compute_seconds(flops, elementwise, hw, ranks, kernels)
+    host = prices.at_share(prices.host_seconds(hw, kernels.ops, gemm + attention + other), share)
     exposed, hidden = comm_seconds(mesh, traffic, hw, share)
-    exposed += sync_seconds(mesh, traffic, hw, gemm + attention + other)
-    return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share)
+    exposed += sync_seconds(mesh, traffic, hw, gemm + attention + other + host)
+    return StepTime(gemm, attention, other, exposed, hidden, hw.overlap_efficiency, share, host)
