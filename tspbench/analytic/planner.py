@@ -24,6 +24,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.core.units import format_bytes
 from tspbench.strategy import get_strategy, iter_strategies
 
 
@@ -74,7 +75,7 @@ def evaluate(layout: Layout, workload: Workload, hw: Hardware, allow_cross_node:
         return candidate
     if not candidate.prediction.fits:
         peak, usable = candidate.prediction.memory.peak_bytes, hw.usable_bytes
-        candidate.reason = f"out of memory: {peak / 2**30:.1f} GiB > {usable / 2**30:.1f} GiB usable"
+        candidate.reason = f"out of memory: {format_bytes(peak)} > {format_bytes(usable)} usable"
     return candidate
 
 
@@ -217,7 +218,7 @@ def plan_decode(
         p = candidate.prediction
         if p is not None and not p.fits:
             candidate.reason = (
-                f"out of memory: {p.peak_bytes / 2**30:.1f} GiB > {hw.usable_bytes / 2**30:.1f} GiB usable"
+                f"out of memory: {format_bytes(p.peak_bytes)} > {format_bytes(hw.usable_bytes)} usable"
             )
         candidates.append(candidate)
     fits = sorted((c for c in candidates if c.reason is None), key=lambda c: c.prediction.tpot_s())
