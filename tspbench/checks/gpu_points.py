@@ -9,7 +9,10 @@ made in the same run (gpu-check's profile, where the run has one).
     decode TPOT     gpu-check's decode/tpot row (graphed) and the decode probe's graphed TPOT
                     (<run>/probes/decode_kernels.json): against the decode model
 
-An error is predicted / measured - 1. Nothing is measured here: the records are read back.
+Every step also scores the analytic memory model against the allocator's peak the record holds
+(``memory_model_error``; memory does not depend on the profile's rates), and says whether its
+steps all peaked alike (``memory_steady``: nothing carried from one step to the next). An error is predicted /
+measured - 1. Nothing is measured here: the records are read back.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from tspbench.core.files import write_atomic
 from tspbench.core.names import AXES
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
+from tspbench.core.units import format_bytes
 from tspbench.measure.replayed import reprice
 
+STEADY_BYTES = 1 << 20  # a step's peak within this of every other's: nothing carried across steps
 DECODE_POINT = {"model": "7b", "batch": 4, "seq_len": 16384, "decode_tokens": 32, "dtype": "bfloat16"}
 
 
@@ -114,6 +119,16 @@ def predicted(m: Measured, hw: Hardware) -> tuple[float, float | None]:
     return model, replay
 
 
+def memory_error(m: Measured, hw: Hardware) -> float | None:
+    """The analytic model's peak over the allocator's peak of a measured step, minus 1; None for
+    decode (its record's peak is the decode model's to score) or a record without a peak."""
+    measured = m.record.get("peak_memory_bytes")
+    if m.what != "step" or not measured:
+        return None
+    layout, workload = layout_workload(m.record)
+    return predict(layout, workload, hw).memory.peak_bytes / measured - 1
+
+
 def score(root: Path, shipped: Hardware) -> list[dict]:
     """One row per measured number under ``root`` (a results/<gpu>/ folder of runs)."""
     rows = []
@@ -122,6 +137,10 @@ def score(root: Path, shipped: Hardware) -> list[dict]:
         for m in measured_points(run):
             row = {"run": m.run, "point": m.point, "what": m.what, "measured_s": m.seconds,
                    "attention_kernel": m.record.get("attention_kernel") or ""}  # fmt: skip
+            if (memory := memory_error(m, shipped)) is not None:
+                steps = m.record.get("peak_memory_step_bytes") or [0]
+                row |= {"peak_memory_bytes": m.record["peak_memory_bytes"], "memory_model_error": memory,
+                        "memory_steady": max(steps) - min(steps) <= STEADY_BYTES}  # fmt: skip
             for label, hw in (("shipped", shipped), ("same_run", calibrated)):
                 if hw is None:
                     continue
@@ -139,16 +158,18 @@ COLUMNS = ("model_shipped_error", "timeline_shipped_error", "model_same_run_erro
 def scores_table(rows: list[dict]) -> str:
     """The rows as a markdown table (errors in %, '-' where a model or profile does not apply)."""
     models = "model, shipped | timeline, shipped | model, same run | timeline, same run"
-    lines = [f"| run | point | kernel | measured | {models} |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| run | point | kernel | measured | allocator peak | memory model | {models} |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         unit = 1e3 if r["what"] == "tpot" else 1
         measured = f"{r['what']} {r['measured_s'] * unit:.4g} {'ms' if unit > 1 else 's'}"
+        peak = format_bytes(r["peak_memory_bytes"]) if "memory_model_error" in r else "-"
+        memory = f"{r['memory_model_error']:+.1%}" if "memory_model_error" in r else "-"
         cells = [f"{r[c]:+.1%}" if c in r else "-" for c in COLUMNS]
-        lines.append(
-            f"| {r['run']} | {r['point']} | {r['attention_kernel'] or '-'} | {measured} | "
-            + " | ".join(cells)
-            + " |"
-        )
+        first = [r["run"], r["point"], r["attention_kernel"] or "-", measured, peak, memory]
+        lines.append("| " + " | ".join(first + cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -8,14 +8,17 @@ Each function takes the results folder and returns a group of named values (tspb
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tspbench.analytic.profile_choice import record_profile
+from tspbench.analytic.profile_choice import named_profile, record_profile
+from tspbench.core.spec import ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
+from tspbench.costs.kernels import step_kernels
 from tspbench.report import tables
 from tspbench.report.stored import KINDS, LABEL, MIB, Part, Values, completed, named, pct, stored_json, tokens
 
@@ -53,6 +56,17 @@ def kernels(results: Path, experiment: str, row: pd.Series) -> int:
     return int(((ev["kind"] == COMPUTE) & np.isin(ev["cls"], (GEMM, ATTENTION, ELEMENTWISE))).sum())
 
 
+def counted_kernels(row: pd.Series) -> int:
+    """Kernels the closed form counts for a stored point's step: the model's own
+    (tspbench.costs.kernels), whatever the strategy's code adds left out."""
+    workload = Workload(
+        ModelConfig.preset(row["model"]), int(row["batch"]), int(row["seq_len"]), row["mode"],
+        row["recompute"], row["dtype"], row["device"],
+    )  # fmt: skip
+    k = step_kernels(workload)
+    return k.gemm + k.attention + k.elementwise
+
+
 def largest_gaps(parts: pd.DataFrame, n: int = 3) -> str:
     top = (
         parts.reindex(parts["gap"].abs().sort_values(ascending=False).index).drop_duplicates("run_id").head(n)
@@ -84,6 +98,8 @@ def paper_scale(results: Path) -> Values:
         "ratio_max": f"{ratio['max']:.2f}",
         "ratio_median": f"{ratio['50%']:.2f}",
         "tsp_kernels": f"{n_tsp:,}",
+        "model_kernels": f"{counted_kernels(tsp8):,}",
+        "tsp_recompute": RECOMPUTATION[tsp8["recompute"]],
         "launch_ms": f"{launch * 1e3:.0f}",
         "launch_share": pct(launch / tsp8["timeline_step_time_s"], False),
         "fsdp_kernels": f"{kernels(results, 'paper_throughput_fake', fsdp8):,}",
@@ -94,12 +110,23 @@ def paper_scale(results: Path) -> Values:
 # ----------------------------------------------------------------------------- torch, overlap
 
 
+def kind_of(source: str) -> str:
+    """A profile figure's provenance up to its detail: 'carried from the H200 measurement'."""
+    return re.split(r" \(|:", source)[0]
+
+
 def torch_estimator(results: Path) -> Values:
     """The timeline against torch's RuntimeEstimator on the same fake step."""
     d = stored_json(results, "timeline_check/torch_estimator.json")
     device = d["largest_gaps_s"]["device"]["torch"]
     rest = d["torch_s"]["elementwise"] - device
+    hw = named_profile(d["hardware"])
+    gemm_key = "step_gemm_tflops" if hw.step_gemm_tflops else "gemm_tflops"
     return {
+        "profile": d["hardware"],
+        "gemm_tflops": f"{hw.step_gemm_rate:.0f}",
+        "gemm_source": kind_of(hw.source_of(gemm_key)),
+        "attention_source": kind_of(hw.source_of("attention_by_size")),
         "table": tables.torch_estimator_table(d),
         "device_share": pct(device / d["torch_s"]["elementwise"], False),
         "elementwise_gap": pct(abs(d["timeline_s"]["elementwise"] / rest - 1), False),

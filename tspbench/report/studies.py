@@ -201,7 +201,11 @@ def gpu_scores(results: Path) -> Values:
     def span(column: pd.Series) -> str:
         return f"{pct(column.min())} to {pct(column.max())}"
 
+    steady = df[df["memory_steady"].eq(True)]
     return {
+        "table": (results / "h200" / "scores.md").read_text().rstrip("\n"),
+        "memory": span(steady["memory_model_error"]),
+        "memory_steps": str(len(steady)),
         "steps": str(len(steps)),
         "timeline": span(steps["timeline_shipped_error"]),
         "model": span(steps["model_shipped_error"]),
