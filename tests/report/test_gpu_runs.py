@@ -38,6 +38,16 @@ def test_each_bench_record_is_a_row_with_its_own_errors(tmp_path: Path) -> None:
     assert (root / "h200" / RUN / "gpu_check" / "summary.md").read_text().strip() in section
 
 
+def test_the_page_opens_with_the_test_set_scored_on_the_shipped_profile(tmp_path: Path) -> None:
+    """Every row of results/h200/scores.md (`tspbench check gpu-points`) is on the page, before
+    the first run's section."""
+    root = copied_root(tmp_path)
+    page, _ = write_gpu_runs(root, tmp_path / "out")
+    head = page.read_text().split("## h200/")[0]
+    rows = [x for x in (root / "h200" / "scores.md").read_text().splitlines() if x.startswith("| 2026")]
+    assert rows and all(row in head for row in rows)
+
+
 def test_a_damaged_record_is_named_and_the_rest_drawn(tmp_path: Path) -> None:
     root = copied_root(tmp_path)
     bad = root / "h200" / RUN / "bench" / "b1_1b_8k_train.json"

@@ -62,6 +62,20 @@ def gpu_runs_section(run: Path, out_dir: Path, damaged: list[str]) -> list[str]:
     return lines
 
 
+def test_set_section(results_root: Path, out_dir: Path) -> list[str]:
+    """Each GPU folder's scores.md (``tspbench check gpu-points``: every measured point scored on
+    the shipped profile and on its run's calibration), where it has one."""
+    lines = []
+    for name in GPU_FOLDERS:
+        scores = results_root / name / "scores.md"
+        if scores.is_file():
+            where = os.path.relpath(scores, out_dir)
+            lines += [f"## The {name} test set ([{scores.name}]({where}), `tspbench check gpu-points`)", ""]
+            lines += ["Predicted / measured - 1, on the shipped profile and on the run's calibration:", ""]
+            lines += [scores.read_text().strip(), ""]
+    return lines
+
+
 def write_gpu_runs(results_root: Path, out_dir: Path) -> tuple[Path | None, list[str]]:
     """``<out>/gpu_runs.md`` for the GPU run folders under ``results_root`` (None where there are
     none), and the files that did not read back."""
@@ -71,6 +85,7 @@ def write_gpu_runs(results_root: Path, out_dir: Path) -> tuple[Path | None, list
     damaged: list[str] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# Measured on a lent GPU", "", "Each folder's own records; nothing here is projected.", ""]
+    lines += test_set_section(results_root, out_dir)
     for run in runs:
         lines += gpu_runs_section(run, out_dir, damaged)
     return write_atomic(out_dir / "gpu_runs.md", "\n".join(lines).rstrip() + "\n"), damaged
