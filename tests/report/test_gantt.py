@@ -7,6 +7,7 @@ common shape). The drawn bars are checked against a replay of the stored trace d
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def drawn(ax: object, lane: str) -> list[tuple[float, float, str]]:
     out = []
     for coll in ax.collections:
         if isinstance(coll, PolyCollection) and (coll.get_gid() or "").startswith(f"{lane}|"):
-            kind = coll.get_gid().split("|", 1)[1]
+            kind = coll.get_gid().split("|")[1]
             for path in coll.get_paths():
                 x = path.vertices[:, 0]
                 out.append((float(x.min()), float(x.max() - x.min()), kind))
@@ -135,8 +136,11 @@ def test_collective_bars_are_the_replayed_collectives_of_the_layer(figure: Figur
         expected = sorted(((c.start - t0) * 1e3, (c.end - c.start) * 1e3, c.op) for c in inside)
         bars = drawn(panels(figure)[label], "link: node")
         assert len(bars) == len(expected), label
+        least = gantt.MIN_WIDTH * panels(figure)[label].get_xlim()[1]  # a shorter one is drawn this wide
         for got, want in zip(bars, expected, strict=True):
-            assert got[:2] == pytest.approx(want[:2], abs=1e-9) and got[2] == want[2], label
+            assert got[0] == pytest.approx(want[0], abs=1e-9) and got[2] == want[2], label
+            widened = want[1] < least and got[1] == pytest.approx(least, abs=1e-9)
+            assert got[1] == pytest.approx(want[1], abs=1e-9) or widened, label
     assert len(drawn(panels(figure)["tsp4"], "link: node")) > 0  # TSP communicates in the forward
 
 
@@ -164,3 +168,83 @@ def test_experiment_without_traces_skips_the_figure(tmp_path: Path) -> None:
     assert "trace" in out.skipped["timeline_gantt"]
     assert not (out.out_dir / "timeline_gantt.png").exists()
     assert "- timeline_gantt: " in (out.out_dir / "report.md").read_text()
+
+
+# ----------------------------------------------------------------------------- the paper's figure
+
+PAPER = SOURCE.parent / "paper_throughput_fake"
+MIN_PX = 3.0  # a bar narrower than this on a 150-dpi PNG cannot be told from a grid line
+
+
+@pytest.fixture(scope="module")
+def paper() -> Figure:
+    """The figure docs/time-model.md shows: paper_throughput_fake at 128K on 8 GPUs."""
+    df = prepare(with_run_dirs(load(PAPER), PAPER))
+    with mpl.rc_context(RC):
+        fig = gantt.timeline_gantt(df, context(df))
+    assert fig is not None
+    fig.set_dpi(150)  # the saved PNG's pixels
+    fig.draw_without_rendering()
+    return fig
+
+
+def layout(run: str) -> dict:
+    """A stored point's layout (strategy and degrees), read from its point.json."""
+    return json.loads((PAPER / run / "point.json").read_text())["config"]["layout"]
+
+
+def px(ax: object, start: float, width: float) -> float:
+    """Width in display pixels of a bar [start, start + width] ms drawn in ``ax``."""
+    (x0, _), (x1, _) = ax.transData.transform([(start, 0), (start + width, 0)])
+    return x1 - x0
+
+
+def test_the_tp_sp_panel_is_a_real_tp_sp_layout(paper: Figure) -> None:
+    """The doc calls the panel TP+SP: tensor and sequence parallel both above 1, not tp8 x sp1."""
+    heads = {ax.get_title(loc="left").split(":")[0]: ax for ax in paper.axes}
+    (label,) = [h for h in heads if h.startswith("tp_sp")]
+    run = heads[label].get_title(loc="left").split("(run ")[1].rstrip(")")
+    found = layout(run)
+    assert found["strategy"] == "tp_sp" and found["tp"] > 1 and found["sp"] > 1, found
+    assert "(=" not in label  # not a degenerate layout named for what it runs
+
+
+def test_every_broadcast_shows_wide_enough_or_at_its_true_length_in_the_zoom(paper: Figure) -> None:
+    """TSP's weight broadcasts last ~1 px on the layer's scale: each overview bar is at least
+    MIN_PX wide (outlined when widened, its true length shorter), and the zoomed row draws the
+    first two at their true replayed lengths, each at least MIN_PX wide."""
+    axes = [ax for ax in paper.axes if ax.get_title(loc="left")]
+    zooms = [ax for ax in axes if "zoomed" in ax.get_title(loc="left")]
+    over = {ax.get_title(loc="left").split(":")[0]: ax for ax in axes if ax not in zooms}
+    assert list(over) == ["tp_sp tp4 x sp2", "fsdp_sp sp8", "tsp8"]
+    assert len(zooms) == 1 and zooms[0].get_title(loc="left").startswith("tsp8, zoomed")
+
+    run = over["tsp8"].get_title(loc="left").split("(run ")[1].rstrip(")")
+    assert layout(run)["strategy"] == "tsp"
+    traces, meta = load_traces(PAPER / run / "trace.npz")
+    tl = timeline(traces, load_hardware("mi300x"), meta["world_size"])  # the profile the title names
+    assert "mi300x profile" in paper.get_suptitle()
+    _, t0, t1 = gantt.layer_window(tl, 0)
+    colls = {id(c): c for c in tl.replay.states[0].coll_of.values() if c.scheduled}.values()
+    true = sorted(((c.start - t0) * 1e3, (c.end - c.start) * 1e3) for c in colls
+                  if c.op == "broadcast" and c.start < t1 and c.end > t0)  # fmt: skip
+    assert len(true) >= 2 and all(px(over["tsp8"], 0, w) < MIN_PX for _, w in true)  # too thin unaided
+
+    bars = [b for b in drawn(over["tsp8"], "link: node") if b[2] == "broadcast"]
+    assert [round(s, 9) for s, _, _ in bars] == [round(s, 9) for s, _ in true]
+    assert all(px(over["tsp8"], s, w) >= MIN_PX for s, w, _ in bars)
+    widened = [c for c in over["tsp8"].collections if (c.get_gid() or "").endswith("broadcast|widened")]
+    assert widened and all(c.get_linewidth()[0] > 0 for c in widened)  # outlined: not its length
+    assert any("drawn" in t and "ms" in t for t in legend_texts(paper))
+
+    zoom = zooms[0]
+    lo, hi = zoom.get_xlim()
+    shown = [(s, w) for s, w in true if lo <= s and s + w <= hi]
+    assert len(shown) >= 2
+    got = [(s, w) for s, w, k in drawn(zoom, "link: node") if k == "broadcast" and lo <= s and s + w <= hi]
+    assert np.allclose(got, shown, rtol=0, atol=1e-9)  # true lengths, not widened
+    assert all(px(zoom, s, w) >= MIN_PX for s, w in got)
+
+
+def legend_texts(fig: Figure) -> list[str]:
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]

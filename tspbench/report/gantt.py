@@ -4,7 +4,8 @@ An experiment run with ``run.trace: true`` keeps each point's traced step beside
 (``<run>/trace.npz``: what every rank issued, in program order). ``pick`` takes one completed,
 traced point per strategy at one shape: the most common setting (world size, mode,
 recomputation, micro-batch, model, dtype; ties to the larger world), the longest sequence that
-every traced strategy ran there, and a strategy's first layout in the report's order. Each is
+every traced strategy ran there, and a strategy's first layout in the report's order among those
+with the most model-parallel axes above 1 (TP+SP as tp4 x sp2, not tp8 x sp1, which is TP). Each is
 re-priced (tspbench.measure.replayed.reprice: the timeline) on the hardware profile its record
 names (``timeline_hardware``, else ``hardware``, else ``cpu`` for a CPU run and ``mi300x`` for a
 simulated GPU: tspbench.analytic.profile_choice.profile_name) in the point's world.
@@ -18,6 +19,12 @@ time per op (drawn first) and the kernel, coloured GEMM / attention / element-wi
 Bars are drawn where the replay placed them (an op or collective that overlaps the layer's span
 is drawn whole, the axis cut at the longest layer); x in ms from the layer's start, shared by
 the panels, a dashed line at each layer's end. Each bar collection's gid is ``lane|kind``.
+
+A weight broadcast lasts about one pixel on a layer's scale, so a lone bar on a link or
+side-stream lane shorter than ``MIN_WIDTH`` of the axis is drawn that wide and outlined (gid
+``lane|kind|widened``, the width named in the x label and the legend), and a panel with such a
+collective gets a zoomed row below the panels (``zoom_window``: one period of its shortest
+collective, shaded in the panel) where every bar has its true length.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
 from tspbench.analytic.profile_choice import profile_name, record_profile
 from tspbench.analytic.timeline import Timeline
 from tspbench.core.errors import DamagedFileError
+from tspbench.core.names import AXES
 from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
 from tspbench.measure.replayed import reprice
 from tspbench.report import style as st
@@ -49,6 +57,8 @@ LAYER = 1  # the second layer's forward, else the first
 KIND_NAMES = {GEMM: "GEMM", ATTENTION: "attention", ELEMENTWISE: "element-wise"}
 KIND_COLORS = {"GEMM": "#4c72b0", "attention": "#c44e52", "element-wise": "#7f7f7f", "host": "#d4d4d4"}
 BAR_HEIGHT = 0.7
+MIN_WIDTH = 0.0035  # the narrowest bar the overview draws, as a fraction of its x span (about 4 px)
+ZOOM_COLOR = "#ececec"  # the overview's shading of the window zoomed below
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,8 @@ def traced(df: pd.DataFrame) -> pd.DataFrame:
 
 def pick(df: pd.DataFrame) -> pd.DataFrame:
     """One traced point per strategy at a common shape (see the module docstring), in the
-    report's order; empty when no point has a trace."""
+    report's order; empty when no point has a trace. A strategy's layout is its first with the
+    most model-parallel axes above 1: TP+SP drawn as tp4 x sp2, not as tp8 x sp1 (plain TP)."""
     rows = traced(df)
     if rows.empty:
         return rows
@@ -98,7 +109,10 @@ def pick(df: pd.DataFrame) -> pd.DataFrame:
     lengths = rows.groupby("strategy", sort=False)["seq_len"].agg(set)
     seen = Counter(s for values in lengths for s in values)
     seq = max(seen, key=lambda s: (seen[s], s))  # the longest that every strategy has, if any
-    return rows[rows["seq_len"] == seq].drop_duplicates("strategy")
+    rows = rows[rows["seq_len"] == seq]
+    mixed = sum((rows[a] > 1).astype(int) for a in AXES if a != "dp" and a in rows)
+    order = np.argsort(-np.asarray(mixed), kind="stable")
+    return rows.iloc[order].drop_duplicates("strategy").sort_index()
 
 
 def replay(row: pd.Series) -> Timeline:
@@ -182,36 +196,108 @@ def timeline_gantt(df: pd.DataFrame, ctx: Context) -> Figure | None:
 
 
 def panels_figure(panels: list[Panel], noun: str, suptitle: str) -> Figure:
-    """The panels stacked on one shared ms axis, the ops' legend on the right."""
-    heights = [0.45 * len(p.lanes) + 0.55 for p in panels]
-    fig = st.new_figure(11.0, sum(heights) + 1.4)
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
-    right = max(p.seconds for p in panels) * 1e3
-    for ax, p in zip(axes, panels, strict=True):
-        draw_panel(ax, p, noun)
-    axes[-1].set_xlim(0, right * 1.02)
-    axes[-1].set_xlabel("ms from the layer's start (dashed: its end)")
-    fig.legend(handles=legend_handles(panels), loc="outside right center", frameon=False, title="op")
+    """The panels stacked on one shared ms axis, then a zoomed row for each panel with a
+    collective too short to see (``zoom_window``); the ops' legend on the right."""
+    right = max(p.seconds for p in panels) * 1e3 * 1.02
+    least = MIN_WIDTH * right  # ms: the narrowest bar the overview draws (about 4 px)
+    windows = [zoom_window(p, least) for p in panels]
+    zooms = [(p, w) for p, w in zip(panels, windows, strict=True) if w is not None]
+    rows = [*((p, None) for p in panels), *zooms]
+    heights = [0.45 * len(p.lanes) + 0.55 for p, _ in rows]
+    fig = st.new_figure(11.0, sum(heights) + 0.35 * len(zooms) + 1.6)
+    axes = fig.subplots(len(rows), 1, squeeze=False, height_ratios=heights)[:, 0]
+    over = axes[: len(panels)]
+    for ax, p, window in zip(over, panels, windows, strict=True):
+        draw_panel(ax, p, noun, least)
+        if window is not None:
+            ax.axvspan(*window, color=ZOOM_COLOR, zorder=0, lw=0)
+    for ax, (p, window) in zip(axes[len(panels) :], zooms, strict=True):
+        draw_zoom(ax, p, noun, window)
+    for ax in over[1:]:
+        ax.sharex(over[0])
+    for ax in over[:-1]:
+        ax.tick_params(labelbottom=False)
+    over[0].set_xlim(0, right)
+    over[-1].set_xlabel(
+        f"ms from the layer's start (dashed: its end; outlined: shorter than {least:.2g} ms, drawn "
+        f"{least:.2g} ms wide{'; shaded: zoomed below' if zooms else ''})"
+    )
+    handles = legend_handles(panels)
+    if any(least_widened(p, least) for p in panels):
+        label = f"shorter, drawn {least:.2g} ms"
+        handles.append(Patch(facecolor="white", edgecolor=st.CAPACITY_COLOR, label=label))
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="op")
     fig.suptitle(suptitle)
     return fig
 
 
-def draw_panel(ax: Axes, p: Panel, noun: str) -> None:
-    """The panel's lanes top to bottom, one bar collection per lane and kind."""
+def draw_panel(ax: Axes, p: Panel, noun: str, least: float = 0.0) -> None:
+    """The panel's lanes top to bottom, one bar collection per lane and kind; a lone short bar on
+    a link or side-stream lane (``least_widened``) is drawn ``least`` ms wide and outlined
+    (collection gid ``lane|kind|widened``), so that a short transfer shows."""
     colors = kind_colors([b.kind for b in p.bars])
+    widened = least_widened(p, least)
     for y, lane in enumerate(p.lanes):
         for kind in dict.fromkeys(b.kind for b in p.bars if b.lane == lane):
-            spans = [(b.start * 1e3, b.seconds * 1e3) for b in p.bars if b.lane == lane and b.kind == kind]
-            bars = ax.broken_barh(
-                spans, (y - BAR_HEIGHT / 2, BAR_HEIGHT), facecolors=colors[kind], linewidth=0
-            )
-            bars.set_gid(f"{lane}|{kind}")
+            mine = [b for b in p.bars if b.lane == lane and b.kind == kind]
+            for wide in (False, True):
+                spans = [
+                    (b.start * 1e3, least if wide else b.seconds * 1e3)
+                    for b in mine
+                    if (b in widened) is wide
+                ]
+                if not spans:
+                    continue
+                edge = {"edgecolor": st.CAPACITY_COLOR, "linewidth": 0.6} if wide else {"linewidth": 0}
+                band = (y - BAR_HEIGHT / 2, BAR_HEIGHT)
+                bars = ax.broken_barh(spans, band, facecolors=colors[kind], **edge)
+                bars.set_gid(f"{lane}|{kind}" + ("|widened" if wide else ""))
     ax.axvline(p.seconds * 1e3, color=st.CAPACITY_COLOR, ls="--", lw=1.0)
     ax.set_yticks(range(len(p.lanes)), p.lanes)
     ax.set_ylim(len(p.lanes) - 0.5, -0.5)
     ax.grid(axis="y", visible=False)
     ms = f"{p.seconds * 1e3:.3g} ms"
     ax.set_title(f"{p.label}: {p.layer} forward on {noun} 0, {ms} (run {p.run_id})", loc="left")
+
+
+def draw_zoom(ax: Axes, p: Panel, noun: str, window: tuple[float, float]) -> None:
+    """The panel's bars at their true lengths, the x axis cut to ``window`` (ms)."""
+    draw_panel(ax, p, noun)
+    lo, hi = window
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel(f"ms from {p.label}'s layer start (zoomed: true lengths)")
+    thin = sorted({b.kind for b in p.bars if b.lane.startswith("link") and lo <= b.start * 1e3 < hi})
+    what = ", ".join(thin)
+    ax.set_title(f"{p.label}, zoomed to {lo:.3g}-{hi:.3g} ms: {what} at their true lengths", loc="left")
+
+
+def least_widened(p: Panel, least: float) -> set[Bar]:
+    """The bars shorter than ``least`` ms that the overview draws ``least`` ms wide: on a link or
+    side-stream lane (not the first compute lane, whose ops run back to back: there a bar's width
+    is the time the stream is busy), those whose widened span reaches no later bar of their lane."""
+    out = set()
+    for lane in p.lanes[1:]:
+        mine = sorted((b for b in p.bars if b.lane == lane), key=lambda b: (b.start, b.seconds))
+        for b, after in zip(mine, [*mine[1:], None][: len(mine)], strict=True):
+            if b.seconds * 1e3 < least and (after is None or after.start * 1e3 >= b.start * 1e3 + least):
+                out.add(b)
+    return out
+
+
+def zoom_window(p: Panel, least: float) -> tuple[float, float] | None:
+    """(start ms, end ms) of the zoomed row for a panel with a collective shorter than ``least``
+    ms, else None: from the layer's start to the end of the transfer that follows the second
+    call of the shortest such op (one period of it), so both calls show several px wide."""
+    colls = sorted((b for b in p.bars if b.lane.startswith("link")), key=lambda b: (b.start, b.seconds))
+    thin = [b for b in colls if b.seconds * 1e3 < least]
+    if not thin:
+        return None
+    shortest = min(thin, key=lambda b: b.seconds)
+    calls = [b for b in thin if b.kind == shortest.kind]
+    last = calls[min(1, len(calls) - 1)]
+    after = [b for b in colls if b.start > last.start]
+    end = (after[0].start + after[0].seconds if after else last.start + last.seconds) * 1e3
+    return 0.0, min(end * 1.03, p.seconds * 1e3)
 
 
 def kind_colors(kinds: list[str]) -> dict[str, str]:
