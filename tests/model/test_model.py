@@ -6,6 +6,7 @@ Everything here runs in one process in float64 where exactness matters.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import resource
@@ -278,12 +279,12 @@ def test_reference_loss_decreases() -> None:
 
 def test_recomputation_modes_agree() -> None:
     results = {}
-    for mode in ("none", "selective", "full"):
+    for mode in ("none", "selective", "op", "full"):
         ref = _reference(mode, "float64")
         loss = ref.train_step()
         results[mode] = (loss, ref.tensors(grads=True))
     loss0, grads0 = results["none"]
-    for mode in ("selective", "full"):
+    for mode in ("selective", "op", "full"):
         loss, grads = results[mode]
         torch.testing.assert_close(loss, loss0, rtol=1e-13, atol=0)
         for name, g in grads.items():
@@ -293,3 +294,43 @@ def test_recomputation_modes_agree() -> None:
 def test_unknown_recompute_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="recompute must be one of"):
         Transformer(TINY, seed=0).set_recompute("some")
+
+
+# ----------------------------------------------------------------------------- op-level recomputation
+
+
+def test_op_policy_saves_odd_mms_attention_and_the_functional_reduce_scatter() -> None:
+    """torchtitan's rule: the 1st, 3rd, 5th, 7th mm of a block's forward kept, the 2nd, 4th, 6th
+    recomputed; attention kernels and the functional reduce-scatter kept; anything else recomputed.
+    The recompute counts its mm calls apart from the forward's."""
+    from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
+
+    from tspbench.model.recompute import policy
+
+    save, again = CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_RECOMPUTE
+    counts: dict[str, int] = collections.defaultdict(int)
+    forward, recompute = (
+        SelectiveCheckpointContext(is_recompute=False),
+        SelectiveCheckpointContext(is_recompute=True),
+    )
+    mm = torch.ops.aten.mm.default
+    got = [policy(counts, forward, mm) for _ in range(7)]
+    assert got == [save, again, save, again, save, again, save]  # wq wk wv wo w1 w3 w2
+    assert policy(counts, recompute, mm) == save  # the recompute's own first mm
+    assert policy(counts, forward, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default) == save
+    assert policy(counts, forward, torch.ops._c10d_functional.reduce_scatter_tensor.default) == save
+    assert policy(counts, forward, torch.ops.aten.add.Tensor) == again
+    assert policy(counts, forward, torch.ops.aten.addmm.default) == again
+    assert dict(counts) == {"forward_mm_count": 7, "recompute_mm_count": 1}
+
+
+def test_op_recomputation_of_attention_at_an_offset_is_exact() -> None:
+    """A query chunk at an offset merges two kernel calls whose outputs op-level recomputation
+    keeps as they came out: its gradients equal the plain ones."""
+    from tspbench.model.recompute import checkpoint_ops
+
+    q, k, v = (_randn(1, 2, n, 8, seed=i).requires_grad_() for i, n in enumerate((16, 48, 48)))
+    plain = torch.autograd.grad(causal_attention(q, k, v).square().sum(), (q, k, v))
+    kept = torch.autograd.grad(checkpoint_ops(causal_attention, q, k, v).square().sum(), (q, k, v))
+    for a, b in zip(plain, kept, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=0)

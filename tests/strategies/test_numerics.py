@@ -62,7 +62,7 @@ def test_train_and_infer_match_reference(case: tuple) -> None:
 
 
 RECOMPUTE_CASES = [
-    (cls, layouts_for(cls)[0], mode) for cls in iter_strategies() for mode in ("selective", "full")
+    (cls, layouts_for(cls)[0], mode) for cls in iter_strategies() for mode in ("selective", "op", "full")
 ]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 AXES = ("dp", "tp", "sp", "tsp", "fsdp")  # mesh axes; dp is always outermost
 # infer: prefill, a forward over every position; decode: prefill a KV cache, then greedy steps
 MODES = ("train", "infer", "decode")
-RECOMPUTE_MODES = ("none", "selective", "full")
+# selective: the attention core (Megatron-LM); op: torchtitan's per-op policy (tspbench.model.recompute)
+RECOMPUTE_MODES = ("none", "selective", "op", "full")
 DEVICES = ("cpu", "cuda")  # ROCm builds of torch expose "cuda" too
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
 DTYPES = tuple(DTYPE_BYTES)

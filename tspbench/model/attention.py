@@ -139,6 +139,23 @@ BY_NAME = {"cudnn": CUDA_CUDNN, "flash": CUDA_FLASH}
 # ----------------------------------------------------------------------------- the choice
 
 _simulated: list[str] = []  # the kernel a simulated GPU runs (innermost last)
+_keeping = False
+
+
+@contextmanager
+def keeping_kernel_outputs() -> Iterator[None]:
+    """Inside, no attention kernel's output is written in place: op-level selective
+    recomputation (tspbench.model.recompute) keeps them for backward as they came out, and
+    torch's cache refuses a kept tensor that was changed since. Costs one output-sized
+    temporary where the offset split merges its two parts (``LowerRightCausal``)."""
+    global _keeping
+    previous, _keeping = _keeping, True
+    try:
+        yield
+    finally:
+        _keeping = previous
+
+
 _recorders: list[set[str]] = []
 
 
@@ -254,8 +271,11 @@ class LowerRightCausal(torch.autograd.Function):
         o2, lse2, saved2 = kernels.forward(q, k[:, :, split:], v[:, :, split:], True)
         lse = torch.logaddexp(lse1, lse2)
         w1, w2 = (lse1 - lse).exp().unsqueeze(-1), (lse2 - lse).exp().unsqueeze(-1)
-        # o1 w1 + o2 w2 in float32 at least, in place on o1 (or its one upcast copy)
-        out = upcast(o1).mul_(w1).addcmul_(o2, w2).to(q.dtype)
+        # o1 w1 + o2 w2 in float32 at least, in place on o1 (or its one upcast copy) unless the
+        # kernel's outputs are kept as they came (keeping_kernel_outputs)
+        wide = upcast(o1)
+        scaled = wide * w1 if wide is o1 and _keeping else wide.mul_(w1)
+        out = scaled.addcmul_(o2, w2).to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.kernels, ctx.saved = kernels, (saved1, saved2)
         return out

@@ -56,6 +56,7 @@ from tspbench.model.layers import (
     swiglu,
     upcast,
 )
+from tspbench.model.recompute import checkpoint_ops
 
 # ----------------------------------------------------------------------------- initialisation
 
@@ -193,6 +194,8 @@ class Block(nn.Module):
             return x + self.mlp(self.mlp_norm(x), rope)
         if self.recompute == "full" and torch.is_grad_enabled():
             return checkpoint(self._forward, x, rope, use_reentrant=False)
+        if self.recompute == "op" and torch.is_grad_enabled():
+            return checkpoint_ops(self._forward, x, rope)
         return self._forward(x, rope)
 
     def _forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:

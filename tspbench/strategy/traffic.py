@@ -52,7 +52,9 @@ class Traffic:
     window_count: int = 0
 
 
-RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "full": ("core", "block")}
+# op: every collective of the block runs again in its recompute, as under full (none is cached:
+# tspbench.model.recompute)
+RECOMPUTED_SCOPES = {"none": (), "selective": ("core",), "op": ("core", "block"), "full": ("core", "block")}
 
 
 def with_recomputation(traffic: list[Traffic], workload: Workload) -> list[Traffic]:
