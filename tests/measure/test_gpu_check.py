@@ -70,6 +70,30 @@ def test_gpu_check_smoke_run_on_cpu(tmp_path: Path) -> None:
     ) + 2
 
 
+def test_the_op_level_check_is_one_command(tmp_path: Path) -> None:
+    """--checks ops runs the op-level rows and the calibration they are priced on, nothing else."""
+    argv = ["gpu-check", "--device", "cpu", "--quick", "--strategies", "dp", "--checks", "ops"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    summary = _summary(tmp_path)
+    assert [c["name"] for c in summary["checks"]] == ["calibrate", "ops/dp"] and summary["finished"]
+
+
+@pytest.mark.parametrize("value", ["nope", "ops,nope", ""])
+def test_gpu_check_refuses_an_unknown_group_of_checks(value: str, capsys: pytest.CaptureFixture) -> None:
+    code = main(["gpu-check", "--device", "cpu", "--quick", "--checks", value])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--checks" in err and "decode" in err
+
+
+def test_the_help_names_every_group_of_checks(capsys: pytest.CaptureFixture) -> None:
+    from tspbench.measure.gpu_check import CHECK_GROUPS
+
+    with pytest.raises(SystemExit):
+        main(["gpu-check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ", ".join(CHECK_GROUPS) in text
+
+
 @pytest.mark.parametrize("value", ["nope", "tsp,nope", ""])
 def test_gpu_check_refuses_an_unknown_strategy(value: str, capsys: pytest.CaptureFixture) -> None:
     code = main(["gpu-check", "--device", "cpu", "--quick", "--strategies", value])

@@ -97,7 +97,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
-        "gpu-check", help="every GPU-only path on every GPU of this node, a record per check (make gpu-check)"
+        "gpu-check",
+        help="every GPU-only path on every GPU of this node, a record per check (make gpu-check)",
+        description="Every path only a GPU exercises, on every GPU of this node: attention accuracy "
+        "and speed, calibrate, validate and memory per strategy, inference memory, step time, "
+        "decode against its floor, op-level time by kind. Each check's record is written when it "
+        "ends; docs/measuring.md says what each row asserts.",
     )
     p.add_argument(
         "--out",
@@ -113,6 +118,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="tiny model (CPU smoke runs: 2 gloo ranks)")
     p.add_argument("--strategies", help="comma-separated: check only these (default: every one)")
+    p.add_argument(
+        "--checks",
+        help="comma-separated groups of rows to run (default: all): attention, calibrate, speed, "
+        "validate, overlap, memory, step, decode, ops; calibrate joins any group priced on its profile",
+    )
     p.add_argument(
         "--check-seconds",
         type=float,
@@ -289,7 +299,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     before the minutes of calibration and measuring start."""
     import torch
 
-    from tspbench.measure.gpu_check import run
+    from tspbench.measure.gpu_check import CHECK_GROUPS, run
 
     output_path(args.out, "--out", folder=True)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -300,7 +310,10 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
         raise UsageError(f"--strategies {args.strategies!r}: choose from {', '.join(available())}")
     if not args.check_seconds > 0:
         raise UsageError(f"--check-seconds {args.check_seconds:g}: must be > 0")
-    summary = run(args.device, args.quick, args.out, strategies, args.check_seconds)
+    groups = None if args.checks is None else args.checks.split(",")
+    if groups is not None and (not groups or any(g not in CHECK_GROUPS for g in groups)):
+        raise UsageError(f"--checks {args.checks!r}: choose from {', '.join(CHECK_GROUPS)}")
+    summary = run(args.device, args.quick, args.out, strategies, args.check_seconds, groups)
     width = max(len(c["name"]) for c in summary["checks"])
     print(f"gpu-check on {summary['device']}, {summary['world']} rank(s), {summary['seconds']:.0f} s")
     for c in summary["checks"]:

@@ -1,6 +1,7 @@
 """The GPU check: every path only a GPU node can exercise, on every GPU of the node, one command.
 
     tspbench gpu-check --out results/gpu_check        (or: make gpu-check)
+    tspbench gpu-check --checks ops                    (one group of rows: the op-level check)
 
 Each check writes one JSON record into the run's folder (``gpu_check_<device>_<time>/``) and one
 row of its summary (``summary.json``, ``summary.md``, and the table the command prints):
@@ -103,40 +104,61 @@ def _world() -> int:
     return 1 << (count.bit_length() - 1) if count else 0
 
 
+CHECK_GROUPS = ("attention", "calibrate", "speed", "validate", "overlap", "memory", "step", "decode", "ops")
+NEEDS_PROFILE = ("overlap", "memory", "step", "decode", "ops")  # priced on what calibrate writes
+
+
 def run(
-    device: str, quick: bool, out: Path, strategies: list[str] | None = None, check_seconds: float = 900.0
+    device: str,
+    quick: bool,
+    out: Path,
+    strategies: list[str] | None = None,
+    check_seconds: float = 900.0,
+    groups: list[str] | None = None,
 ) -> dict[str, object]:
     """Every check in turn (one failing never hides the others), the per-strategy ones for
-    ``strategies`` (default: every registered one); the summary, with where it is. Each check's
-    record is written as soon as it ends and the summary after every check, so a run that is
-    stopped (Ctrl-C, a job's time limit) keeps every finished check; a check that raises or runs
-    past ``check_seconds`` is a failed row."""
+    ``strategies`` (default: every registered one), only those of ``groups`` (CHECK_GROUPS;
+    default: all; calibrate joins any group priced on its profile); the summary, with where it
+    is. Each check's record is written as soon as it ends and the summary after every check, so
+    a run that is stopped (Ctrl-C, a job's time limit) keeps every finished check; a check that
+    raises or runs past ``check_seconds`` is a failed row."""
     p = plan(device, quick)
     folder = out / f"gpu_check_{device}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     folder.mkdir(parents=True, exist_ok=True)
     summary = Summary(folder, device, p.world)
-    profile = folder / "profile.yaml"
+    chosen = set(CHECK_GROUPS if groups is None else groups)
+    if chosen & set(NEEDS_PROFILE):
+        chosen.add("calibrate")
+    for group, name, check in checks(p, quick, folder / "profile.yaml", strategies):
+        if group in chosen:
+            summary.add(guarded(name, check, check_seconds))
+    return summary.finish()
+
+
+def checks(
+    p: Plan, quick: bool, profile: Path, strategies: list[str] | None
+) -> list[tuple[str, str, Callable[[], Check]]]:
+    """(group, row name, the check) for every row of a run, in the order they run."""
+    device = p.device
     names = [cls.name for cls in iter_strategies() if strategies is None or cls.name in strategies]
-    todo: list[tuple[str, Callable[[], Check]]] = [
-        ("attention", lambda: attention_check(device)),
-        ("calibrate", lambda: calibrate_check(p, quick, profile)),
-        ("attention/speed", lambda: attention_speed_check(device, quick)),
-    ]
 
     def hardware() -> HardwareChoice | None:  # the profile calibrate wrote, once it has run
-        return choose_profile(str(profile), device=p.device, measured=True) if profile.exists() else None
+        return choose_profile(str(profile), device=device, measured=True) if profile.exists() else None
 
-    todo += [(f"validate/{n}", lambda n=n: validate_check(p, n)) for n in names]
+    todo: list[tuple[str, str, Callable[[], Check]]] = [
+        ("attention", "attention", lambda: attention_check(device)),
+        ("calibrate", "calibrate", lambda: calibrate_check(p, quick, profile)),
+        ("speed", "attention/speed", lambda: attention_speed_check(device, quick)),
+    ]
+    todo += [("validate", f"validate/{n}", lambda n=n: validate_check(p, n)) for n in names]
     if "tsp" in names:
-        todo.append(("overlap/tsp", lambda: overlap_check(p, hardware())))
-    todo += [(f"memory/{n}", lambda n=n: memory_check(p, n, hardware())) for n in names]
-    todo.append(("memory/infer", lambda: inference_memory_check(p, hardware())))
-    todo.append(("step", lambda: step_check(p, quick, hardware())))
-    todo.append(("decode/tpot", lambda: decode_tpot_check(p, quick, hardware())))
-    todo += [(f"ops/{n}", lambda n=n: op_level_check(p, n, hardware())) for n in OP_STRATEGIES if n in names]
-    for name, check in todo:
-        summary.add(guarded(name, check, check_seconds))
-    return summary.finish()
+        todo.append(("overlap", "overlap/tsp", lambda: overlap_check(p, hardware())))
+    todo += [("memory", f"memory/{n}", lambda n=n: memory_check(p, n, hardware())) for n in names]
+    todo.append(("memory", "memory/infer", lambda: inference_memory_check(p, hardware())))
+    todo.append(("step", "step", lambda: step_check(p, quick, hardware())))
+    todo.append(("decode", "decode/tpot", lambda: decode_tpot_check(p, quick, hardware())))
+    ops = [n for n in OP_STRATEGIES if n in names]
+    return todo + [("ops", f"ops/{n}", lambda n=n: op_level_check(p, n, hardware())) for n in ops]
 
 
 class Summary:
