@@ -10,7 +10,10 @@ experiment YAML), never from the plotting code.
 - throughput over sequence length: one y axis for all panels, the recomputation in the title,
   OOM marks inside the axes and apart, TP+SP layouts in colors told apart, a degenerate TP+SP
   layout named for what it runs;
-- the layouts diagram: an FSDP+SP panel beside TSP's.
+- the layouts diagram: an FSDP+SP panel beside TSP's;
+- decode TPOT over batch, projected for MI300X and H100 or measured on CPU: the source and the
+  device in the title, every point that does not fit an X inside the axes at its batch in its
+  layout's row and color, below every TPOT drawn, none hiding another, no such point on a line.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from tools import layouts_diagram
-from tspbench.report import figures
+from tspbench.report import decode, figures
 from tspbench.report.frame import context, prepare
 from tspbench.report.style import RC
 from tspbench.sweep.store import load
@@ -63,8 +66,9 @@ def records(experiment: str) -> list[dict]:
 @cache
 def drawn(experiment: str, name: str) -> Figure:
     df = prepare(load(RESULTS / experiment))
+    module = decode if name.startswith("tpot") else figures
     with mpl.rc_context(RC):
-        fig = getattr(figures, name)(df, context(df))
+        fig = getattr(module, name)(df, context(df))
     fig.draw_without_rendering()  # constrained layout places the axes: display positions hold
     return fig
 
@@ -244,3 +248,81 @@ def test_layouts_diagram_has_fsdp_sp_beside_tsp() -> None:
     tsp = sum(bool(layouts_diagram.fetched("TSP", *c)) for c in cells)
     assert (fsdp, tsp) == (12, 4)  # the whole layer gathered vs one ring shard per rank
     plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- decode
+
+DECODE_SOURCES = {  # what each study's records are, read from the experiment's name and records
+    "paper_decode": "projected for MI300X",
+    "paper_decode_h100": "projected for H100",
+    "cpu_decode": "measured on CPU",
+}
+
+
+def oom_marks(ax) -> list[tuple[float, float, float, tuple]]:
+    """(batch, x px, y px, rgb) of every X drawn in an axes: data x, display position."""
+    out = []
+    for coll in ax.collections:
+        if isinstance(coll, PathCollection):
+            xy = coll.get_offset_transform().transform(coll.get_offsets())
+            color = tuple(np.round(coll.get_facecolor()[0][:3], 4))
+            out += [(float(b), x, y, color) for b, (x, y) in zip(coll.get_offsets()[:, 0], xy, strict=True)]
+    return out
+
+
+@pytest.mark.parametrize("name", ["tpot_vs_batch", "tpot_tails"])
+@pytest.mark.parametrize("experiment", list(DECODE_SOURCES))
+def test_decode_figures_mark_every_point_that_does_not_fit(experiment: str, name: str) -> None:
+    recs = [r for r in records(experiment) if r["mode"] == "decode"]
+    hardware = {r.get("hardware") or r.get("predicted_hardware") or r.get("device") for r in recs}
+    source = {r["source"] for r in recs}
+    expected_where = DECODE_SOURCES[experiment]
+    assert source == ({"predicted"} if expected_where.startswith("projected") else {"measured"})
+    assert expected_where.split()[-1].lower() in {str(h).lower() for h in hardware}
+    fig = drawn(experiment, name)
+    assert expected_where in fig.get_suptitle()
+
+    (ax,) = [a for a in fig.axes if a.get_visible() and a.lines]
+    oom = [r for r in recs if r["status"] == "oom"]
+    xs = oom_marks(ax)
+    assert sorted(b for b, *_ in xs) == sorted(float(r["batch"]) for r in oom)  # each one, once
+    assert inside(ax, [(x, y, c) for _, x, y, c in xs])
+    lines = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
+    colors = {label: tuple(np.round(to_rgb(line.get_color()), 4)) for label, line in lines.items()}
+    rows: dict[tuple, float] = {}
+    for r in oom:  # the X at the point's batch in its layout's color, one row per layout
+        label = series_of(r)
+        hits = [(x, y) for b, x, y, c in xs if b == r["batch"] and c == colors[label]]
+        assert len(hits) == 1, (label, r["batch"])
+        assert rows.setdefault(colors[label], hits[0][1]) == pytest.approx(hits[0][1]), label
+        line = lines[label]
+        assert r["batch"] not in set(line.get_xdata()), (label, r["batch"])  # no TPOT drawn for it
+
+    values = [ax.transData.transform((x, y))[1] for line in ax.lines for x, y in line.get_xydata()]
+    if xs:
+        assert max(y for *_, y, _ in xs) < min(values) - 5  # below every TPOT: not read as a value
+        assert any("does not fit" in t for t in legend_texts(fig))
+    pixels = fig.dpi / 72
+    for i, a in enumerate(xs):  # no X hides another
+        for b in xs[i + 1 :]:
+            assert np.hypot(a[1] - b[1], a[2] - b[2]) > 5 * pixels, (a, b)
+
+
+def series_of(record: dict) -> str:
+    """The legend label of a record's layout, spelled from its degrees: 'tp8', 'tp_sp tp4 x sp2'."""
+    axes = {"tp_sp": ("tp", "sp"), "fsdp_sp": ("sp",)}.get(record["strategy"])
+    if axes is None:
+        name = record["strategy"]
+        return f"{name}{record[name] if name in record else record['world_size']}"
+    return f"{record['strategy']} " + " x ".join(f"{a}{record[a]}" for a in axes)
+
+
+def test_decode_oom_check_sees_a_mark_piled_on_the_axis() -> None:
+    """The checks above can fail: an X clipped outside the axes (the old floor, clip_on=False)."""
+    fig = Figure(dpi=150)
+    ax = fig.subplots()
+    ax.plot([1, 2], [10, 20])
+    ax.set_ylim(5, 25)
+    ax.scatter([2], [1], clip_on=False)
+    fig.draw_without_rendering()
+    assert not inside(ax, [(x, y, c) for _, x, y, c in oom_marks(ax)])

@@ -3,10 +3,15 @@ and p50 against p99 TPOT per layout. Both read records of mode "decode" (measure
 --mode decode`` or projected by tspbench.analytic.decode) and return None for other records.
 
 A panel per setting that varies besides the batch (the hardware a projection is for, the
-context, the model); a line per layout; out-of-memory points as an X on the x axis (they have
-no TPOT). TSP's break-even batch (the model's: the smallest batch whose GEMMs on one weight
-shard last as long as moving the next) is a dotted vertical line in its color, or, when it lies
-beyond the batches swept, an arrow at the right edge with its value.
+context, the model); a line per layout. A point that does not fit (status "oom") has no TPOT:
+it is an X in a grey strip at the foot of its panel, below every TPOT drawn, a row per layout
+that ran out (as the throughput figure's strip), so that no mark hides another. TSP's break-even
+batch (the model's: the smallest batch whose GEMMs on one weight shard last as long as moving
+the next) is a dotted vertical line in its color, or, when it lies beyond the batches swept, an
+arrow at the right edge with its value. The title names the source and the device
+(Context.where: projected for a GPU, measured on CPU, executed in a fake world); where p99
+lies within 1% of p50 at every point of a panel (a projection's spread is small), the tails
+figure says so, since the dashed lines then hide under the solid ones.
 """
 
 from __future__ import annotations
@@ -16,9 +21,18 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
+from matplotlib.transforms import blended_transform_factory
 
 from tspbench.report import style as st
-from tspbench.report.figures import OOM_STYLE, facets, series_handles, series_list
+from tspbench.report.figures import (
+    OOM_STYLE,
+    draw_oom_strip,
+    facets,
+    oom_rows,
+    series_handles,
+    series_list,
+)
 from tspbench.report.frame import Context, column
 
 # Record columns, first present wins (a measured record may name its median differently).
@@ -26,6 +40,9 @@ TPOT = {"p50": ("tpot_p50_s", "tpot_median_s"), "p99": ("tpot_p99_s",)}
 BREAK_EVEN = "break_even_batch"
 FACETS = ("setting", "seq_len", "model", "dtype")
 NOTE = {"ha": "right", "fontsize": 7.5}
+GREY = {"fontsize": 7.5, "color": "#444444"}
+SAME = 0.01  # p99 within 1% of p50 everywhere: the tails figure says the two coincide
+ROW = 0.032  # axes fraction per layout in the does-not-fit strip
 
 
 def decode_rows(df: pd.DataFrame) -> pd.DataFrame | None:
@@ -48,25 +65,46 @@ def _panels(rows: pd.DataFrame, ctx: Context) -> list[tuple[str, pd.DataFrame]]:
     return facets(rows, cols, ctx.noun)
 
 
-def _figure(panels: int) -> tuple[Figure, list[Axes]]:
+def _figure(panels: int, strip: float) -> tuple[Figure, list[Axes]]:
+    """Panels two to a row, each taller by its does-not-fit strip (``strip``: axes fraction)."""
     ncols = min(panels, 2)
     nrows = -(-panels // ncols)
-    fig = st.new_figure(5.2 * ncols + 2.2, 3.6 * nrows + 0.7)
+    fig = st.new_figure(5.2 * ncols + 2.2, 3.6 / (1 - strip) * nrows + 0.7)
     return fig, list(fig.subplots(nrows, ncols, squeeze=False).ravel())
 
 
-def _oom(ax: Axes, sub: pd.DataFrame, style: st.SeriesStyle, bottom: float) -> None:
-    """An X per out-of-memory point on the panel's floor; marks at one batch side by side."""
+def _strip(rows: pd.DataFrame, style: st.SeriesStyle) -> float:
+    """Axes fraction of the does-not-fit strip: a row per layout that ran out in any panel."""
+    n = len(oom_rows(rows, style))
+    return ROW * n + 0.02 if n else 0.0
+
+
+def _floor(ax: Axes, low: float, high: float, strip: float) -> None:
+    """Log y limits with ``low`` (ms) on the strip's top edge and a little room above ``high``;
+    no tick labels inside the strip, whose values mean nothing there."""
+    top = high * 1.25
+    bottom = low / (top / low) ** (strip / (1 - strip)) if strip else low
+    ax.set_ylim(bottom, top)
+    if strip:
+        label = ax.yaxis.get_major_formatter()
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, pos: "" if v < low * 0.999 else label(v, pos)))
+        ax.axhline(low, color="#888888", lw=0.8, zorder=2)
+
+
+def _oom_marks(ax: Axes, sub: pd.DataFrame, rows: pd.DataFrame, style: st.SeriesStyle, strip: float) -> None:
+    """An X per point of ``sub`` that does not fit, in its layout's row of the strip (rows as in
+    every panel of the figure: the layouts that ran out anywhere, in legend order)."""
+    where = blended_transform_factory(ax.transData, ax.transAxes)
     oom = sub[sub["status"] == "oom"]
-    for batch, group in oom.groupby("batch", sort=True):
-        labels = [lab for lab in style.labels if lab in set(group["series"])]
-        for k, label in enumerate(labels):
-            at = batch * 2 ** (0.09 * (k - (len(labels) - 1) / 2))
-            ax.scatter([at], [bottom], color=style.color[label], clip_on=False, **OOM_STYLE)
+    for k, label in enumerate(oom_rows(rows, style)):
+        xs = oom.loc[oom["series"] == label, "batch"]
+        y = strip - ROW * (k + 0.5) - 0.01
+        ax.scatter(xs, [y] * len(xs), color=style.color[label], transform=where, **{**OOM_STYLE, "s": 45})
 
 
-def _break_even(ax: Axes, sub: pd.DataFrame, style: st.SeriesStyle) -> list[str]:
-    """TSP's break-even batch: a line within the swept range, else an arrow at the edge."""
+def _break_even(ax: Axes, sub: pd.DataFrame, style: st.SeriesStyle, floor: float) -> list[str]:
+    """TSP's break-even batch: a line within the swept range, else an arrow at the right edge
+    just above the strip (``floor``, axes fraction)."""
     notes = []
     if BREAK_EVEN not in sub:
         return notes
@@ -83,7 +121,9 @@ def _break_even(ax: Axes, sub: pd.DataFrame, style: st.SeriesStyle) -> list[str]
                 )
             else:
                 text = f"{label} hides its weights only from B = {value:,.0f} ->"
-                ax.annotate(text, (0.99, 0.03), xycoords="axes fraction", **NOTE, va="bottom", color=color)
+                ax.annotate(
+                    text, (0.99, floor + 0.01), xycoords="axes fraction", **NOTE, va="bottom", color=color
+                )
             notes.append(label)
     return notes
 
@@ -108,7 +148,9 @@ OOM_HANDLE = {
 def _legend(fig: Figure, style: st.SeriesStyle, rows: pd.DataFrame, extra: list[Line2D]) -> None:
     handles = series_handles(style) + extra
     if (rows["status"] == "oom").any():
-        handles.append(Line2D([], [], label="out of memory (no TPOT)", **OOM_HANDLE))
+        handles.append(
+            Line2D([], [], label="does not fit (out of memory,\nno TPOT): X in the grey strip", **OOM_HANDLE)
+        )
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
 
 
@@ -118,9 +160,11 @@ def _draw(df: pd.DataFrame, ctx: Context, title: str, tails: bool) -> Figure | N
         return None
     style = st.SeriesStyle(series_list(rows), ctx.strategies)
     groups = _panels(rows, ctx)
-    fig, axes = _figure(len(groups))
+    strip = _strip(rows, style)
+    fig, axes = _figure(len(groups), strip)
     done = rows[(rows["status"] == "completed") & rows["p50"].notna()]
-    bottom = float(done["p50"].min()) / 1.6 if len(done) else 1.0
+    values = [*done["p50"], *(done["p99"].dropna() if tails else [])]
+    low, high = (min(values) / 1.15, max(values)) if values else (1.0, 10.0)
     for ax, (label, sub) in zip(axes, groups, strict=False):
         ok = sub[(sub["status"] == "completed") & sub["p50"].notna()].sort_values("batch")
         for name in style.labels:
@@ -131,11 +175,17 @@ def _draw(df: pd.DataFrame, ctx: Context, title: str, tails: bool) -> Figure | N
             if tails:  # p99 dashed, thin, in the same color, the band between shaded
                 ax.plot(line["batch"], line["p99"], color=style.color[name], ls="--", lw=1.0, zorder=3)
                 ax.fill_between(line["batch"], line["p50"], line["p99"], color=style.color[name], alpha=0.15)
-        _oom(ax, sub, style, bottom)
+        if strip:
+            draw_oom_strip(ax, rows.iloc[:0], "batch", style, strip)  # the strip's band and label
+            _oom_marks(ax, sub, rows, style, strip)
+        spread = float((ok["p99"] / ok["p50"] - 1).abs().max()) if tails and len(ok) else np.nan
+        if spread < SAME:  # the lines would hide each other: say so rather than look like p99 is missing
+            note = f"p99 within {spread:.1%} of p50 at every point: the dashed lines lie under the solid"
+            ax.annotate(note, (0.01, 0.985), xycoords="axes fraction", ha="left", va="top", **GREY)
         if not tails:
-            _break_even(ax, sub, style)
-        ax.set_ylim(bottom=bottom)
+            _break_even(ax, sub, style, strip)
         _finish(ax, rows, label, "TPOT p50 (ms)" if not tails else "TPOT (ms): p50 solid, p99 dashed")
+        _floor(ax, low, high, strip)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
     extra = []
