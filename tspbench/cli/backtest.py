@@ -5,7 +5,8 @@ Reads the published-measurements file (default results/published/published.yaml)
 fake-world records stored beside it, predicts every entry the project can express with each
 profile of its hardware, prints the table and writes backtest.csv, .md and the figure.
 ``--execute`` first runs the fake world for points that have no record (minutes); ``--fit``
-prints the calibrated profiles' fitted number as the calibration entries give it.
+prints the calibrated profiles' fitted number as the calibration entries give it, and with
+``--write`` writes each calibrated profile from it (over its file).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from tspbench.cli.args import output_path
 
 DEFAULT_FILE = Path("results/published/published.yaml")
 WHAT = {
-    "assumed": "assumed profile",
+    "assumed": "shipped profile",
+    "measured": "Hopper-measured profile",
     "calibrated": "calibrated profile",
-    "timeline": "timeline (assumed profile)",
+    "timeline": "timeline (shipped profile)",
 }
 HELP = "predict published GPU runs and report the model's error"
 
@@ -44,13 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fit", action="store_true", help="print the calibrated profiles' fitted numbers and exit"
     )
+    p.add_argument("--write", action="store_true", help="with --fit: write the calibrated profiles")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_backtest)
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
+    from tspbench.analytic.hardware import find_profile
     from tspbench.analytic.profile_choice import named_profile
-    from tspbench.checks.backtest import backtest_rows, fit_profiles, summarize
+    from tspbench.checks.backtest import backtest_rows, calibrated_profile, fit_profiles, summarize
     from tspbench.checks.published import load_published
 
     published = load_published(args.file)
@@ -61,6 +65,10 @@ def cmd_backtest(args: argparse.Namespace) -> int:
             cells = ", ".join(f"{k} {v:.2f}" for k, v in fit["entries"].items())
             fitted = fit["train_passes"]
             print(f"{name}: train passes {fitted:.2f} (from {cells}; on {fit['from']}); profile holds {held}")
+            if args.write:
+                path = find_profile(name)
+                path.write_text(calibrated_profile(name, fit))
+                print(f"wrote {path}")
         return 0
     out = output_path(args.out or results, "--out", folder=True)
     if args.execute or args.rerun:
@@ -97,24 +105,24 @@ def _tps(x: float | None) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> None:
+    kinds = ("assumed", "measured", "calibrated")
     print(
-        f"{'entry':<28} {'role':<11} {'layout (published)':<20} {'published':>9} {'assumed':>8} {'error':>7} "
-        f"{'timeline':>8} {'error':>7} {'calibr.':>8} {'error':>7}  {'mem GiB pub/fake/resv':<24} "
-        "dominant (calibrated)"
+        f"{'entry':<28} {'role':<11} {'layout (published)':<24} {'published':>9} "
+        + " ".join(f"{k[:8]:>8} {'error':>7}" for k in kinds)
+        + f"  {'mem GiB pub/model/fake':<24} terms that differ (calibrated - measured)"
     )
     for r in (r for r in rows if r["predicted"]):
         mem = "/".join(
             "-" if v is None else f"{v:.1f}"
-            for v in (r["published_memory_gib"], r["fake_allocated_gib"], r["predicted_reserved_gib"])
-        ) + ("" if r["fits"] else " OOM")
+            for v in (r["published_memory_gib"], r["measured_predicted_memory_gib"], r["fake_allocated_gib"])
+        ) + ("" if r["measured_fits"] else " OOM")
         layout = r["published_layout"] + (" +compile" if r["compile"] else "")
+        cells = " ".join(
+            f"{_tps(r[f'{k}_tokens_per_s_per_gpu']):>8} {_pct(r[f'{k}_error']):>7}" for k in kinds
+        )
         print(
-            f"{r['id']:<28} {r['role']:<11} {layout:<20} {_tps(r['published_tokens_per_s_per_gpu']):>9} "
-            f"{_tps(r['assumed_tokens_per_s_per_gpu']):>8} {_pct(r['assumed_error']):>7} "
-            f"{_tps(r.get('assumed_timeline_tokens_per_s_per_gpu')):>8} "
-            f"{_pct(r.get('assumed_timeline_error')):>7} "
-            f"{_tps(r['calibrated_tokens_per_s_per_gpu']):>8} {_pct(r['calibrated_error']):>7}  {mem:<24} "
-            f"{r.get('calibrated_dominant') or ''}"
+            f"{r['id']:<28} {r['role']:<11} {layout:<24} {_tps(r['published_tokens_per_s_per_gpu']):>9} "
+            f"{cells}  {mem:<24} {r.get('terms_differ') or ''}"
         )
     listed = [r for r in rows if not r["predicted"]]
     print(f"listed, not predicted ({len(listed)}):")

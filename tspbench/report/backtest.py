@@ -1,9 +1,14 @@
-"""The backtest's table (CSV and Markdown) and figure: predicted vs published tokens/s/GPU.
+"""The backtest's tables (CSV and Markdown), figure and the docs' values: predicted vs published
+tokens/s/GPU and memory, on three profiles side by side.
 
 Takes the rows tspbench.checks.backtest makes (plain dicts, so the report needs no torch) and
-the error summary as dicts (kind, sample, ids, errors). The figure says its source in its
-title: predicted by the model vs published; a filled marker is the calibrated profile's
-prediction, a hollow one the assumed profile's, and calibration entries are named as such.
+the error summary as dicts (kind, sample, ids, errors); ``doc_values`` reads the same rows back
+from the stored backtest.csv for docs/templates. The three profiles: ``shipped`` (the assumed
+figures, nothing fitted), ``Hopper-measured`` (figures carried from the H200 measured here,
+nothing fitted) and ``calibrated`` (the Hopper-measured one with the element-wise passes fitted
+to the calibration entries). The figure says its source in its title: predicted by the model
+vs published; a filled marker is the calibrated profile's prediction, a hollow circle the shipped
+one's, a hollow square the Hopper-measured one's, and calibration entries are named as such.
 """
 
 from __future__ import annotations
@@ -18,15 +23,20 @@ from matplotlib.lines import Line2D
 from tspbench.core.files import write_atomic
 from tspbench.report import style as st
 from tspbench.report.bars import parity_axes
+from tspbench.report.stored import Values
 
 KINDS = {
-    "assumed": "assumed profile (nothing fitted)",
-    "calibrated": "calibrated profile",
-    "timeline": "timeline, assumed profile",
+    "assumed": "shipped",
+    "measured": "Hopper-measured",
+    "calibrated": "calibrated",
 }
+SUMMARY_KINDS = {**{k: f"{v} profile" for k, v in KINDS.items()}, "timeline": "timeline, shipped profile"}
+TERMS = {"GEMM": "GEMM", "attention": "attention", "element-wise": "elementwise", "launch": "launch",
+         "exposed comm": "exposed_comm"}  # fmt: skip
 COLORS = {"calibration": "#d55e00", "test": "#0072b2"}
-FILLS = {"calibrated": "#555555", "assumed": "white"}
+MARKERS = {"assumed": ("o", False), "measured": ("s", False), "calibrated": ("o", True)}  # shape, filled
 LABEL_OFFSET = {"calibration": (6, -7), "test": (6, 7)}  # points: the two kinds sit close together
+SAME_GIB = 0.05  # memory columns closer than this (the tables' precision) are one column
 
 
 def _pct(x: float | None) -> str:
@@ -37,38 +47,161 @@ def _num(x: float | None, fmt: str = ",.0f") -> str:
     return "" if x is None or x != x else format(x, fmt)
 
 
+def _predicted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["predicted"]]
+
+
+def _table(header: list[str], align: list[str], cells: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(align) + "|",
+        *("| " + " | ".join(row) + " |" for row in cells),
+    ]
+
+
+def time_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Published tokens/s/GPU against each profile's prediction and error; '-' where the
+    profile models no such run (torch.compile on the two uncalibrated ones)."""
+
+    def cell(r: dict[str, Any], kind: str) -> str:
+        tps = r.get(f"{kind}_tokens_per_s_per_gpu")
+        return "-" if tps is None or tps != tps else f"{tps:,.0f} ({_pct(r[f'{kind}_error'])})"
+
+    header = ["entry", "role", "published layout", "tokens/s/GPU published", *KINDS.values()]
+    cells = [
+        [
+            r["id"],
+            r["role"],
+            f"{r['published_layout']}{' + compile' if r['compile'] else ''}",
+            _num(r["published_tokens_per_s_per_gpu"]),
+            *(cell(r, kind) for kind in KINDS),
+        ]
+        for r in _predicted(rows)
+    ]
+    return _table(header, ["---"] * 3 + ["--:"] * (1 + len(KINDS)), cells)
+
+
+def memory_same(rows: list[dict[str, Any]]) -> bool:
+    """Whether the three profiles give every entry the same memory (to the tables' precision)."""
+    return all(
+        max(values) - min(values) < SAME_GIB
+        for r in _predicted(rows)
+        for values in [[r[f"{kind}_predicted_memory_gib"] for kind in KINDS]]
+    )
+
+
+def memory_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Published memory against the model's on each profile (one column when they agree) and
+    the fake world's executed peak."""
+    kinds = ["measured"] if memory_same(rows) else list(KINDS)
+    names = ["model, all three profiles"] if len(kinds) == 1 else [f"model, {KINDS[k]}" for k in kinds]
+
+    def cell(r: dict[str, Any], kind: str) -> str:
+        notes = [] if r[f"{kind}_memory_error"] is None else [_pct(r[f"{kind}_memory_error"])]
+        notes += [] if r[f"{kind}_fits"] else ["over capacity"]
+        return f"{r[f'{kind}_predicted_memory_gib']:.1f}" + (f" ({', '.join(notes)})" if notes else "")
+
+    header = ["entry", "published GiB", *names, "fake world, allocated"]
+    cells = []
+    for r in _predicted(rows):
+        published = _num(r["published_memory_gib"], ".1f")
+        cells.append(
+            [
+                r["id"],
+                f"{published} {r['published_memory_kind']}" if published else "not published",
+                *(cell(r, k) for k in kinds),
+                _num(r["fake_allocated_gib"], ".1f") or "not executed",
+            ]
+        )
+    return _table(header, ["---"] + ["--:"] * (2 + len(kinds)), cells)
+
+
+def terms_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Each profile's predicted step by term, seconds (they add up to the step)."""
+    cells = [
+        [
+            r["id"],
+            KINDS[kind],
+            *(f"{r[f'{kind}_{s}_s']:.3f}" for s in TERMS.values()),
+            f"{r[f'{kind}_step_s']:.3f}",
+        ]
+        for r in _predicted(rows)
+        for kind in KINDS
+        if r.get(f"{kind}_step_s") is not None and r[f"{kind}_step_s"] == r[f"{kind}_step_s"]
+    ]
+    return _table(["entry", "profile", *TERMS, "step"], ["---"] * 2 + ["--:"] * (len(TERMS) + 1), cells)
+
+
+def differ_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per entry both the Hopper-measured and the calibrated profile predict: how far
+    apart they are (flagged beyond 10%) and which terms of the calibrated step differ."""
+    out = []
+    for r in _predicted(rows):
+        if r.get("terms_differ"):
+            flag = ", more than 10% apart" if r["disagree"] else ""
+            passes = (r["calibrated_train_passes"], r["measured_train_passes"])
+            why = "" if passes[0] == passes[1] else f"; {passes[0]:g} element-wise passes, not {passes[1]:g}"
+            out.append(
+                f"- {r['id']}: calibrated {_num(r['calibrated_tokens_per_s_per_gpu'])} against "
+                f"Hopper-measured {_num(r['measured_tokens_per_s_per_gpu'])} tokens/s/GPU "
+                f"({_pct(r['calibrated_vs_measured'])}{flag}); the calibrated step differs in "
+                f"{r['terms_differ']}{why}"
+            )
+    return out
+
+
+def disagreeing(rows: list[dict[str, Any]]) -> list[str]:
+    """The entries whose Hopper-measured and calibrated predictions are more than 10% apart."""
+    return [r["id"] for r in _predicted(rows) if r.get("disagree")]
+
+
 def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
-    """The backtest as Markdown: predicted entries, the errors by sample, the entries listed only."""
+    """The backtest as Markdown: three profiles side by side for time and memory, each profile's
+    terms, where two disagree, the errors by sample, the entries listed only."""
+    first = next((r for r in rows if r["predicted"]), {})
+    profiles = ", ".join(f"{label} `{first.get(f'{kind}_profile') or '-'}`" for kind, label in KINDS.items())
+    same = memory_same(rows)
     lines = [
         "# Backtest: published GPU runs predicted by the model",
         "",
-        "Predicted by the model (tspbench/analytic/predict.py) and by the timeline (the fake world's "
-        "traced step replayed, tspbench/analytic/timeline.py) vs published; error = predicted / "
-        "published - 1. Memory: the fake world's executed peak (allocated), and the reserved memory "
-        "the profile assumes on top of it; torchtitan publishes reserved. A compiled run shares its eager "
-        "run's record: the project executes no compiled program.",
+        "Predicted by the model (tspbench/analytic/predict.py) on three profiles of the published "
+        f"hardware ({profiles}; the calibrated one under torch.compile: `-calibrated-compile`) vs "
+        "published; error = predicted / published - 1. The shipped and the Hopper-measured profiles "
+        "fit nothing and model no torch.compile: '-' where they predict no time.",
         "",
-        "| entry | role | published layout | as | tokens/s/GPU published | assumed | error | timeline "
-        "(assumed) | error | calibrated | error | dominant terms (calibrated) | memory GiB published "
-        "| fake allocated | predicted reserved | error |",
-        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|",
-    ]
-    for r in (r for r in rows if r["predicted"]):
-        mem = f"{_num(r['published_memory_gib'], '.1f')} {r['published_memory_kind'] or ''}".strip()
-        lines.append(
-            f"| {r['id']} | {r['role']} | {r['published_layout']}{' + compile' if r['compile'] else ''} "
-            f"| {r['expressed_as']}, recompute {r['recompute']} "
-            f"| {_num(r['published_tokens_per_s_per_gpu'])} "
-            f"| {_num(r['assumed_tokens_per_s_per_gpu'])} | {_pct(r['assumed_error'])} "
-            f"| {_num(r.get('assumed_timeline_tokens_per_s_per_gpu'))} "
-            f"| {_pct(r.get('assumed_timeline_error'))} "
-            f"| {_num(r['calibrated_tokens_per_s_per_gpu'])} | {_pct(r['calibrated_error'])} "
-            f"| {r.get('calibrated_dominant') or ''} | {mem or 'not published'} "
-            f"| {_num(r['fake_allocated_gib'], '.1f') or 'not executed'} "
-            f"| {_num(r['predicted_reserved_gib'], '.1f')}{'' if r['fits'] else ' (over capacity)'} "
-            f"| {_pct(r['memory_error'])} |"
-        )
-    lines += [
+        "## Tokens/s per GPU",
+        "",
+        *time_table(rows),
+        "",
+        "## Memory",
+        "",
+        "The model's peak (allocated) plus what each profile assumes the caching allocator reserves on "
+        "top, against the published figure (torchtitan publishes reserved); the fake world's executed "
+        "peak beside it (a compiled run shares its eager run's record: the project executes no "
+        "compiled program)."
+        + (
+            " The three profiles give the same memory: it depends on a profile only through its "
+            "allocator overhead, 0 in all three."
+            if same
+            else ""
+        ),
+        "",
+        *memory_table(rows),
+        "",
+        "## The predicted step by term (seconds)",
+        "",
+        "Launch: every kernel's fixed cost and the host's time where it is behind; exposed comm: "
+        "the collectives on the critical path and what the overlap leaves exposed.",
+        "",
+        *terms_table(rows),
+        "",
+        "## The Hopper-measured and the calibrated profile, term by term",
+        "",
+        "Where both predict an entry (the calibrated profile differs only in its fitted figures), "
+        "the terms whose seconds differ by more than half a percent of the step; "
+        f"more than 10% apart: {', '.join(disagreeing(rows)) or 'none'}.",
+        "",
+        *(differ_lines(rows) or ["No entry is predicted by both."]),
         "",
         "## Throughput error by sample",
         "",
@@ -78,7 +211,7 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
     for s in summary:
         ids = ", ".join(s["ids"]) or "none"
         lines.append(
-            f"| {KINDS[s['kind']]} | {s['sample']} | {ids} | {_num(s['median_abs'], '.1%')} "
+            f"| {SUMMARY_KINDS[s['kind']]} | {s['sample']} | {ids} | {_num(s['median_abs'], '.1%')} "
             f"| {_pct(s['worst'])} |"
         )
     lines += [
@@ -112,8 +245,11 @@ def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
     keys = parity_axes(ax, values, band=0.25)
     for r, kind, predicted in points:
         color = COLORS[r["role"]]
-        face = color if kind == "calibrated" else "white"
-        ax.plot(predicted, r["published_tokens_per_s_per_gpu"], "o", color=color, mfc=face, ms=7.5, zorder=4)
+        marker, filled = MARKERS[kind]
+        face = color if filled else "white"
+        ax.plot(
+            predicted, r["published_tokens_per_s_per_gpu"], marker, color=color, mfc=face, ms=7.5, zorder=4
+        )
         ax.annotate(r["id"], (predicted, r["published_tokens_per_s_per_gpu"]), fontsize=7, color=color,
                     xytext=LABEL_OFFSET[r["role"]], textcoords="offset points", va="center")  # fmt: skip
     fig.legend(handles=[*keys, *legend_markers()], loc="outside right center", frameon=False)
@@ -127,9 +263,15 @@ def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
 
 
 def legend_markers() -> list[Line2D]:
-    """Filled: the calibrated profile's prediction, hollow: the assumed one's; color: the role."""
+    """The profile by marker (filled: calibrated; hollow circle: shipped; hollow square:
+    Hopper-measured), the role by color."""
     grey = "#555555"
-    kinds = [Line2D([], [], ls="", marker="o", color=grey, mfc=f, label=KINDS[k]) for k, f in FILLS.items()]
+    kinds = [
+        Line2D(
+            [], [], ls="", marker=m, color=grey, mfc=grey if filled else "white", label=f"{KINDS[k]} profile"
+        )
+        for k, (m, filled) in MARKERS.items()
+    ]
     roles = [Line2D([], [], ls="", marker="o", color=c, label=f"{role} entry") for role, c in COLORS.items()]
     return kinds + roles
 
@@ -144,3 +286,52 @@ def write_backtest(rows: list[dict[str, Any]], summary: list[dict[str, Any]], ou
     if fig is not None:
         written += st.save(fig, out / "backtest")
     return written
+
+
+# ----------------------------------------------------------------------------- the docs' values
+
+
+def stored_rows(results: Path) -> list[dict[str, Any]]:
+    """The rows of results/published/backtest.csv, missing cells as None."""
+    df = pd.read_csv(results / "published" / "backtest.csv")
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+def doc_values(results: Path) -> Values:
+    """The backtest's three profiles side by side for docs/templates (``{{backtest.<key>}}``):
+    the time, memory and term tables, the median errors, the entries where the Hopper-measured
+    and the calibrated profile are more than 10% apart, and where both predict an entry, which
+    terms differ and by how much (one line each; None where no entry has both)."""
+    rows = stored_rows(results)
+    predicted = _predicted(rows)
+
+    def median(kind: str, role: str | None = None) -> str:
+        errors = [
+            abs(r[f"{kind}_error"])
+            for r in predicted
+            if r[f"{kind}_error"] is not None and role in (None, r["role"])
+        ]
+        return f"{pd.Series(errors).median():.1%}" if errors else "-"
+
+    differ = differ_lines(rows)
+    return {
+        "time_table": "\n".join(time_table(rows)),
+        "memory_table": "\n".join(memory_table(rows)),
+        "terms_table": "\n".join(terms_table(rows)),
+        "memory_same": (
+            "The three profiles give every entry the same memory (a profile changes it only through "
+            "its allocator overhead, 0 in all three), so the table has one model column."
+            if memory_same(rows)
+            else "The profiles' allocator overheads differ, so each has its own column."
+        ),
+        "shipped_median": median("assumed"),
+        "measured_median": median("measured"),
+        "calibrated_test_median": median("calibrated", "test"),
+        "measured_count": str(sum(r["measured_error"] is not None for r in predicted)),
+        "disagree": ", ".join(disagreeing(rows)) or "none",
+        "differ": None
+        if not differ
+        else "Where both predict a run, the terms of the calibrated step that differ from the "
+        "Hopper-measured one by more than half a percent of the step, and by how much:\n\n"
+        + "\n".join(differ),
+    }
