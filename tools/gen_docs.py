@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tspbench.core.fields import markdown_table
-from tspbench.report import paper_checks, studies, time_checks
+from tspbench.report import backtest, paper_checks, studies, time_checks
 from tspbench.report.stored import Part, Values
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,8 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "cpu_memory": studies.cpu_memory,
     "memory_128k": studies.memory_128k,
     "projected": studies.projected,
-    "backtest": studies.backtest,
+    # the backtest's summary (studies) and its three profiles side by side (report.backtest)
+    "backtest": lambda results: studies.backtest(results) | backtest.doc_values(results),
     "tsp_fsdp": studies.tsp_fsdp,
     "gpu_scores": studies.gpu_scores,
     "headline": studies.headline,
