@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from tools import layouts_diagram
-from tspbench.report import decode, figures
+from tspbench.report import bars, decode, figures
 from tspbench.report.frame import context, prepare
 from tspbench.report.style import RC
 from tspbench.sweep.store import load
@@ -326,3 +326,46 @@ def test_decode_oom_check_sees_a_mark_piled_on_the_axis() -> None:
     ax.scatter([2], [1], clip_on=False)
     fig.draw_without_rendering()
     assert not inside(ax, [(x, y, c) for _, x, y, c in oom_marks(ax)])
+
+
+# ----------------------------------------------------------------------------- memory bars
+
+
+def test_memory_bars_are_as_long_as_the_peak_or_run_off_the_edge_with_it_written() -> None:
+    """paper_decode breaks its projected peaks down into parameters and KV cache only: each bar
+    must still end at the peak in result.json (the rest drawn as 'not broken down'), and a peak
+    far over the rest (dp8's 5 TiB) runs off the axis' right edge with its value written inside."""
+    df = prepare(load(RESULTS / "paper_decode"))
+    with mpl.rc_context(RC):
+        fig = bars.memory_breakdown(df, context(df))
+    fig.draw_without_rendering()
+    recs = records("paper_decode")
+    assert any(r["peak_memory_bytes"] > 1.01 * category_sum(r) for r in recs)  # the case at hand
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    labels = [t.get_text() for t in axes[0].get_yticklabels()]
+    assert "not broken down\n(peak minus the categories)" in legend_texts(fig)
+    for ax in axes:
+        batch = int(ax.get_title().removeprefix("micro-batch "))
+        right = ax.get_xlim()[1]
+        for r in (r for r in recs if r["batch"] == batch):
+            y = labels.index(series_of(r))
+            peak = r["peak_memory_bytes"] / GiB
+            ends = [
+                p.get_x() + p.get_width()
+                for p in ax.patches
+                if abs(p.get_y() + p.get_height() / 2 - y) < 0.01
+            ]
+            texts = [t.get_text() for t in ax.texts if abs(t.get_position()[1] - y) < 0.01]
+            assert any(f"{peak:,.1f}" in t for t in texts), (batch, series_of(r), texts)
+            if peak < right:
+                assert max(ends) == pytest.approx(peak, rel=1e-6), (batch, series_of(r))
+            else:  # off the edge: the written value stays inside the axes
+                (t,) = [t for t in ax.texts if abs(t.get_position()[1] - y) < 0.01]
+                assert t.get_position()[0] <= right and "->" in t.get_text()
+    plt.close(fig)
+
+
+def category_sum(record: dict) -> float:
+    """What a record breaks its peak down into, summed (absent categories count 0)."""
+    cats = ("parameters", "gradients", "optimizer", "activations", "other", "kv_cache")
+    return sum(record.get(f"peak_memory_{c}_bytes") or 0 for c in cats)

@@ -33,6 +33,8 @@ from tspbench.report.figures import (
 from tspbench.report.frame import Context
 
 MAX_BAR_PANELS = 5
+REST_COLOR = "#c8c8c8"  # the part of a peak the record does not break down into categories
+CUT_ROOM = 1.3  # the memory axis past its cut (bar_cut): room for the notes of bars that fit
 
 
 # ----------------------------------------------------------------------------- parity
@@ -146,21 +148,25 @@ def stacked_bars(
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel()
     for ax in axes[len(values) :]:
         ax.set_visible(False)
+    cut = bar_cut(df, parts, scale) if memory else None
     for i, (ax, value) in enumerate(zip(axes, values, strict=False)):
         sub = df if value is None else df[df[dim] == value]
-        draw_bars(ax, sub, labels, parts, scale, memory)
+        draw_bars(ax, sub, labels, parts, scale, memory, cut)
         ax.set_title(facet_label(dim, value, ctx.noun) if dim else "")
         ax.set_xlabel(xlabel.format(unit=unit) if i + ncols >= len(values) else "")  # lowest in its column
         ax.xaxis.set_major_formatter(st.count_formatter(ax.xaxis))
     axes[0].set_yticks(range(len(labels)), labels)
     axes[0].set_ylim(len(labels) - 0.5, -0.5)
-    right = max(ax.get_xlim()[1] for ax in axes[: len(values)])
+    right = cut or max(ax.get_xlim()[1] for ax in axes[: len(values)])
     room = 1.3 if memory and df["over_capacity"].any() else 1.18  # "over capacity": longer than "OOM"
+    room = CUT_ROOM if cut else room
     for ax in axes:
         ax.set_xlim(0, right * room)  # one scale for all; room for the totals and OOM notes
     handles: list = [Patch(color=color, label=name) for name, color in parts.values()]
     if memory and df["capacity"].nunique() == 1:
         handles.append(Line2D([], [], color=st.CAPACITY_COLOR, ls="--", label=capacity_label(df, scale)))
+    if memory and any(unattributed(row, parts, scale) > 0 for _, row in df.iterrows()):
+        handles.append(Patch(color=REST_COLOR, label="not broken down\n(peak minus the categories)"))
     if memory and ((df["status"] == "oom") & df["breakdown"]).any():
         handles.append(
             Patch(facecolor="white", edgecolor="#555555", hatch="///", label="predicted, over capacity")
@@ -175,6 +181,26 @@ def stacked_bars(
     return fig
 
 
+def unattributed(row: pd.Series, parts: dict[str, tuple[str, str]], scale: float) -> float:
+    """The part of a record's peak that its categories leave out (a decode projection breaks
+    down only parameters and KV cache, not the prefill's activations), in ``scale`` units;
+    0 when the categories add up to the peak (within 0.5%)."""
+    total = sum(row[c] for c in parts if row[c] == row[c])
+    peak = row["peak"] if "peak" in row and row["peak"] == row["peak"] else total
+    return (peak - total) / scale if peak > total * 1.005 else 0.0
+
+
+def bar_cut(df: pd.DataFrame, parts: dict[str, tuple[str, str]], scale: float) -> float | None:
+    """Where the memory axis ends when a peak that does not fit dwarfs the rest: twice the larger
+    of the capacity and the largest peak that fits, once some bar runs past 2.5 times that (a
+    4 TiB projection on a 0-4K axis leaves the bars that fit, and the capacity, a few pixels
+    wide); None to show every bar whole."""
+    totals = np.maximum(df[list(parts)].fillna(0).sum(axis=1), df["peak"].fillna(0)) / scale
+    fits = (df["status"] == "completed") & ~df["over_capacity"].fillna(False).astype(bool)
+    base = max([*totals[fits], *(df["capacity"].dropna() / scale)], default=0.0)
+    return 2 * base if base > 0 and totals.max() > 2.5 * base else None
+
+
 def draw_bars(
     ax: Axes,
     sub: pd.DataFrame,
@@ -182,7 +208,10 @@ def draw_bars(
     parts: dict[str, tuple[str, str]],
     scale: float,
     memory: bool,
+    cut: float | None = None,
 ) -> None:
+    """A stacked bar per layout; one longer than ``cut`` runs off the axis' right edge (its
+    total and an arrow written at the edge)."""
     for y, label in enumerate(labels):
         rows = sub[sub["series"] == label]
         if rows.empty:
@@ -199,9 +228,19 @@ def draw_bars(
             width = (row[col] if row[col] == row[col] else 0.0) / scale
             ax.barh(y, width, left=left, color=color, height=0.7, hatch=hatch, edgecolor="white", lw=0.5)
             left += width
+        rest = unattributed(row, parts, scale) if memory else 0.0
+        if rest > 0:  # the peak is the bar's length, whatever the record breaks down
+            ax.barh(y, rest, left=left, color=REST_COLOR, height=0.7, hatch=hatch, edgecolor="white", lw=0.5)
+            left += rest
         over = memory and row["over_capacity"]  # a fake-world peak the device could not hold
         note = f" {left:,.1f}" + (" OOM" if row["status"] == "oom" else "\n over capacity" if over else "")
-        ax.text(left, y, note, va="center", ha="left", fontsize=7.5, color="#333333")
+        if cut is not None and left > cut:  # past the cut: the value at the axis' edge, inside
+            box = {"facecolor": "white", "edgecolor": "none", "pad": 0.8, "alpha": 0.9}
+            ax.text(cut * CUT_ROOM * 0.99, y, f"{note.strip()} ->", va="center", ha="right", fontsize=7.5,
+                    color="#333333", bbox=box)  # fmt: skip
+        else:  # a light box: readable where the note crosses the capacity line
+            box = {"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.7}
+            ax.text(left, y, note, va="center", ha="left", fontsize=7.5, color="#333333", bbox=box)
     if memory and sub["capacity"].nunique() == 1:
         ax.axvline(sub["capacity"].iloc[0] / scale, color=st.CAPACITY_COLOR, ls="--", lw=1.1)
     ax.grid(axis="y", visible=False)
