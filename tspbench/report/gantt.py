@@ -218,12 +218,13 @@ def panels_figure(panels: list[Panel], noun: str, suptitle: str) -> Figure:
     for ax in over[:-1]:
         ax.tick_params(labelbottom=False)
     over[0].set_xlim(0, right)
-    over[-1].set_xlabel(
-        f"ms from the layer's start (dashed: its end; outlined: shorter than {least:.2g} ms, drawn "
-        f"{least:.2g} ms wide{'; shaded: zoomed below' if zooms else ''})"
-    )
+    widened = any(least_widened(p, least) for p in panels)
+    notes = ["dashed: its end"]
+    notes += [f"outlined: shorter than {least:.2g} ms, drawn {least:.2g} ms wide"] if widened else []
+    notes += ["shaded: zoomed below"] if zooms else []
+    over[-1].set_xlabel(f"ms from the layer's start ({'; '.join(notes)})")
     handles = legend_handles(panels)
-    if any(least_widened(p, least) for p in panels):
+    if widened:
         label = f"shorter, drawn {least:.2g} ms"
         handles.append(Patch(facecolor="white", edgecolor=st.CAPACITY_COLOR, label=label))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="op")
