@@ -321,7 +321,7 @@ def source_text(e: Entry) -> str:
 class ErrorSummary:
     """Errors of one profile kind over one group of entries."""
 
-    kind: str  # assumed or calibrated (the analytic model's time), or timeline (on the assumed)
+    kind: str  # a PROFILE_KINDS (the analytic model's time), or timeline (on the shipped profile)
     sample: str  # "in-sample" (calibration entries, calibrated profile) or "out-of-sample"
     ids: list[str]
     errors: list[float]

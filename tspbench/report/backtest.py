@@ -35,7 +35,7 @@ TERMS = {"GEMM": "GEMM", "attention": "attention", "element-wise": "elementwise"
          "exposed comm": "exposed_comm"}  # fmt: skip
 COLORS = {"calibration": "#d55e00", "test": "#0072b2"}
 MARKERS = {"assumed": ("o", False), "measured": ("s", False), "calibrated": ("o", True)}  # shape, filled
-LABEL_OFFSET = {"calibration": (6, -7), "test": (6, 7)}  # points: the two kinds sit close together
+LABEL_OFFSET = {"calibration": (6, -7), "test": (6, 7)}  # points: the two roles sit close together
 SAME_GIB = 0.05  # memory columns closer than this (the tables' precision) are one column
 
 
@@ -232,7 +232,8 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
 
 
 def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
-    """Predicted (x) vs published (y) tokens/s/GPU, one labelled point per entry and profile."""
+    """Predicted (x) vs published (y) tokens/s/GPU, a point per entry and profile, each entry
+    labelled once, right of its points."""
     points = [
         (r, kind, r[f"{kind}_tokens_per_s_per_gpu"])
         for r in rows if r["predicted"] for kind in KINDS if r.get(f"{kind}_tokens_per_s_per_gpu")
@@ -243,6 +244,7 @@ def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
     ax = fig.subplots()
     values = [p for _, _, p in points] + [r["published_tokens_per_s_per_gpu"] for r, _, _ in points]
     keys = parity_axes(ax, values, band=0.25)
+    rightmost = {r["id"]: max(p for q, _, p in points if q["id"] == r["id"]) for r, _, _ in points}
     for r, kind, predicted in points:
         color = COLORS[r["role"]]
         marker, filled = MARKERS[kind]
@@ -250,6 +252,8 @@ def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
         ax.plot(
             predicted, r["published_tokens_per_s_per_gpu"], marker, color=color, mfc=face, ms=7.5, zorder=4
         )
+        if predicted != rightmost[r["id"]]:
+            continue  # one label per entry, right of its points: its profiles share its row
         ax.annotate(r["id"], (predicted, r["published_tokens_per_s_per_gpu"]), fontsize=7, color=color,
                     xytext=LABEL_OFFSET[r["role"]], textcoords="offset points", va="center")  # fmt: skip
     fig.legend(handles=[*keys, *legend_markers()], loc="outside right center", frameon=False)
