@@ -22,6 +22,7 @@ from tspbench.checks.backtest import (
     HOPPER_MEASURED,
     PROFILE_KINDS,
     backtest_rows,
+    calibrated_profile,
     fit_profiles,
     summarize,
 )
@@ -158,6 +159,21 @@ def test_a_calibrated_profile_sets_only_measurable_figures_and_names_their_entri
     named = [e for e in published.entries if e.id in fitted.replace(",", " ").replace(":", " ").split()]
     assert named and all(e.role == "calibration" for e in named), fitted
     assert all(e.compile == name.endswith("-compile") for e in named)
+
+
+def test_fit_write_gives_the_committed_calibrated_profiles(published) -> None:
+    """What 'backtest --fit --write' writes is the committed profile: every figure the same,
+    the fitted passes within what the fit moves by between model revisions (0.05)."""
+    for name, fit in fit_profiles(published).items():
+        written = _flat(yaml.safe_load(calibrated_profile(name, fit)))
+        committed = _flat(yaml.safe_load(find_profile(name).read_text()))
+        assert written.keys() == committed.keys()
+        for key in written.keys() - {"description", "provenance", "elementwise_passes.train"}:
+            assert written[key] == committed[key], key
+        assert written["elementwise_passes.train"] == pytest.approx(
+            committed["elementwise_passes.train"], abs=0.05
+        )
+        assert written["provenance"].keys() == committed["provenance"].keys()
 
 
 H200 = REPO / "results" / "h200"
