@@ -36,7 +36,7 @@ from matplotlib.lines import Line2D
 from tools import layouts_diagram
 from tspbench.report import bars, decode, figures
 from tspbench.report.frame import context, prepare
-from tspbench.report.style import RC
+from tspbench.report.style import RC, save
 from tspbench.sweep.store import load
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
@@ -369,3 +369,44 @@ def category_sum(record: dict) -> float:
     """What a record breaks its peak down into, summed (absent categories count 0)."""
     cats = ("parameters", "gradients", "optimizer", "activations", "other", "kv_cache")
     return sum(record.get(f"peak_memory_{c}_bytes") or 0 for c in cats)
+
+
+# ----------------------------------------------------------------------------- nothing cut off
+
+
+@pytest.mark.parametrize(
+    ("experiment", "module", "name"),
+    [
+        ("paper_scaling_fake", bars, "memory_parity"),  # 28 layouts: dp1 to dp128 of four
+        ("paper_scaling_fake", bars, "comm_by_op"),  # one narrow panel, a long source line
+        ("paper_decode", decode, "tpot_vs_batch"),
+    ],
+)
+def test_title_and_legends_lie_inside_the_saved_figure(
+    experiment: str, module, name: str, tmp_path: Path
+) -> None:
+    """The source line of the title and every legend entry must be on the page, not cut off."""
+    df = prepare(load(RESULTS / experiment))
+    with mpl.rc_context(RC):
+        fig = getattr(module, name)(df, context(df))
+        save(fig, tmp_path / name)
+    renderer = fig._get_renderer()
+    page = fig.bbox
+    title = fig._suptitle
+    box = title.get_window_extent(renderer)
+    assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and box.y1 <= page.y1 + 1, title.get_text()
+    source = context(df).where
+    assert " ".join(source.split()) in " ".join(title.get_text().split())  # wrapped, not cut
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1, name
+        assert page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, name
+    plt.close(fig)
+
+
+def test_a_length_between_powers_of_two_reads_in_k_like_its_neighbours() -> None:
+    """cpu_out_of_sample runs 1536 and 3072 tokens: the axis reads 1.5K and 3K, not 1536 and 3K."""
+    assert {r["seq_len"] for r in records("cpu_out_of_sample")} == {1536, 3072}
+    fig = drawn("cpu_out_of_sample", "memory_vs_seq")
+    (ax,) = panels(fig)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1.5K", "3K"]

@@ -35,6 +35,7 @@ from tspbench.report.frame import Context
 MAX_BAR_PANELS = 5
 REST_COLOR = "#c8c8c8"  # the part of a peak the record does not break down into categories
 CUT_ROOM = 1.3  # the memory axis past its cut (bar_cut): room for the notes of bars that fit
+MAX_LEGEND = 16  # parity legend entries that fit beside the axes
 
 
 # ----------------------------------------------------------------------------- parity
@@ -58,19 +59,22 @@ def parity(
     if ok.empty:
         return None
     unit, scale = st.byte_unit([*ok[measured], *ok[predicted]]) if bytes_ else ("s", 1.0)
-    style = st.SeriesStyle(series_list(ok), ctx.strategies)
+    # a data-parallel sweep: one legend entry per model-parallel layout, its dp sizes together
+    by = "series_mp" if ok["series"].nunique() > MAX_LEGEND > ok["series_mp"].nunique() else "series"
+    style = st.SeriesStyle(series_list(ok, by), ctx.strategies)
     fig = st.new_figure(7.0, 5.2)  # the axes come out about square: y = x at 45 degrees
     ax = fig.subplots()
     keys = parity_axes(ax, [*ok[measured] / scale, *ok[predicted] / scale], band)
     for label in style.labels:
-        rows = ok[ok["series"] == label]
+        rows = ok[ok[by] == label]
         line = {**style.line(label), "linestyle": "", "markersize": 7.5}
         ax.plot(rows[predicted] / scale, rows[measured] / scale, zorder=4, **line)
     per = f" per {ctx.noun}" if bytes_ else ""
     ax.set_xlabel(f"predicted {what}{per} ({unit})")
     ax.set_ylabel(f"{ctx.executed} {what}{per} ({unit})")
     handles = [*series_handles(style), *keys]
-    fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
+    title = "layout (every dp)" if by == "series_mp" else "layout"
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title=title)
     err = (ok[predicted] / ok[measured] - 1) * 100
     worst = ok.loc[err.abs().idxmax()]
     stats = (
@@ -239,7 +243,7 @@ def draw_bars(
             ax.text(cut * CUT_ROOM * 0.99, y, f"{note.strip()} ->", va="center", ha="right", fontsize=7.5,
                     color="#333333", bbox=box)  # fmt: skip
         else:  # a light box: readable where the note crosses the capacity line
-            box = {"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.7}
+            box = {"facecolor": "white", "edgecolor": "none", "pad": 0.0, "alpha": 0.7}
             ax.text(left, y, note, va="center", ha="left", fontsize=7.5, color="#333333", bbox=box)
     if memory and sub["capacity"].nunique() == 1:
         ax.axvline(sub["capacity"].iloc[0] / scale, color=st.CAPACITY_COLOR, ls="--", lw=1.1)

@@ -135,13 +135,14 @@ def draw_lines(ax: Axes, df: pd.DataFrame, x: str, panel: Panel, style: st.Serie
 
 
 def draw_capacity(ax: Axes, df: pd.DataFrame, scale: float) -> None:
-    """The capacity as a dashed line across the panel, named on the panel too."""
+    """The capacity as a dashed line across the panel, named on the panel too, under the line."""
     if df["capacity"].nunique() != 1:
         return
     cap = df["capacity"].iloc[0] / scale
     ax.axhline(cap, color=st.CAPACITY_COLOR, ls="--", lw=1.1, zorder=2, label=capacity_label(df, scale))
+    # under the line: every X (a peak that does not fit) lies above it and would cover the name
     ax.annotate(capacity_label(df, scale, short=True), (0.01, cap), xycoords=("axes fraction", "data"),
-                xytext=(0, 2), textcoords="offset points", ha="left", va="bottom", fontsize=7,
+                xytext=(0, -2), textcoords="offset points", ha="left", va="top", fontsize=7,
                 color=st.CAPACITY_COLOR)  # fmt: skip
 
 

@@ -153,11 +153,12 @@ def unit_name(scale: float) -> str:
 
 
 def tokens_label(n: float) -> str:
-    """4096 -> '4K', 131072 -> '128K', 1048576 -> '1M' (powers of two: that is how sequences grow)."""
+    """4096 -> '4K', 131072 -> '128K', 1048576 -> '1M' (powers of two: that is how sequences grow);
+    1536 -> '1.5K', so that 1536 and 3072 on one axis read '1.5K' and '3K', not '1536' and '3K'."""
     if n >= 2**20 and n % 2**20 == 0:
         return f"{int(n) // 2**20}M"
-    if n >= 2**10 and n % 2**10 == 0:
-        return f"{int(n) // 2**10}K"
+    if n >= 2**10 and n % 2**9 == 0:
+        return f"{n / 2**10:g}K"
     return f"{n:g}"
 
 
@@ -210,8 +211,31 @@ def new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(round(width, 2), round(height, 2)), layout="constrained")
 
 
+def fit_suptitle(fig: Figure) -> None:
+    """Wrap each line of the figure's title that is wider than the figure (a one-panel bar chart
+    is narrow, and its last line, the source, must not be cut off), at the last ' - ' that fits
+    past a third of the line, else the last ', ', else the last space."""
+    title = fig._suptitle  # matplotlib keeps no public handle on the Text
+    if title is None or not title.get_text():
+        return
+    longest = max(title.get_text().split("\n"), key=len)
+    width = title.get_window_extent(fig._get_renderer()).width
+    fits = max(int(fig.bbox.width * 0.96 / (width / max(len(longest), 1))), 20)
+    lines = []
+    for line in title.get_text().split("\n"):
+        while len(line) > fits:
+            cut = next((c for sep in (" - ", ", ", " ") if (c := line.rfind(sep, 0, fits)) > fits // 3), -1)
+            cut = cut if cut > 0 else fits
+            lines.append(line[:cut].rstrip(" ,") + ("," if line[cut : cut + 2] == ", " else ""))
+            line = line[cut:].lstrip(" ,-")
+        lines.append(line)
+    title.set_text("\n".join(lines))
+
+
 def save(fig: Figure, base: Path) -> list[Path]:
-    """Write ``base``.png and .svg, byte-identical for identical figures; returns both paths."""
+    """Write ``base``.png and .svg, byte-identical for identical figures (the title wrapped to
+    the figure's width: ``fit_suptitle``); returns both paths."""
+    fit_suptitle(fig)
     out = []
     for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
         buf = io.BytesIO()
