@@ -37,8 +37,9 @@ def both(hw, trace: RankTrace) -> tuple[float, float]:
 
 
 def test_op_overhead_adds_what_the_timeline_adds_where_bytes_are_counted(trace: RankTrace) -> None:
-    """h100 counts element-wise bytes from the code: every kernel pays op_overhead_us in both."""
-    base = replace(load_hardware("h100"), op_overhead_us=0.0)
+    """mi300x counts element-wise bytes from the code: every kernel pays op_overhead_us in both."""
+    base = replace(load_hardware("mi300x"), op_overhead_us=0.0)
+    assert not base.elementwise_passes
     more = replace(base, op_overhead_us=5.0)
     closed, replayed = (a - b for a, b in zip(both(more, trace), both(base, trace), strict=True))
     kernels = int(np.sum((trace.events["kind"] == COMPUTE) & (trace.events["cls"] != VIEW)))
