@@ -143,7 +143,8 @@ def draw_capacity(ax: Axes, df: pd.DataFrame, scale: float) -> None:
     # under the line: every X (a peak that does not fit) lies above it and would cover the name
     ax.annotate(capacity_label(df, scale, short=True), (0.01, cap), xycoords=("axes fraction", "data"),
                 xytext=(0, -2), textcoords="offset points", ha="left", va="top", fontsize=7,
-                color=st.CAPACITY_COLOR)  # fmt: skip
+                color=st.CAPACITY_COLOR, zorder=4,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.75})  # fmt: skip
 
 
 def oom_rows(df: pd.DataFrame, style: st.SeriesStyle) -> list[str]:
