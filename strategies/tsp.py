@@ -18,7 +18,10 @@ Weights move on channel 1 of the tsp group, K/V and gradients on channel 0, so o
 streams proceed side by side. ``overlap=False`` issues every transfer blocking (same math).
 Recomputation: ``full`` checkpoints the block (the broadcasts, gathers and ring shifts of its
 forward repeat in backward); ``selective`` equals ``none`` here, because the attention core is
-always recomputed in backward (keeping it would keep K/V of every head block).
+always recomputed in backward (keeping it would keep K/V of every head block); ``op``
+(torchtitan's per-op policy, tspbench.model.recompute) keeps every other mm of TSP's own call
+sequence (q, k, v per head block, then h1, h3 per MLP shard: tspbench.costs.memory.tsp_mm_calls)
+and the attention kernels' outputs, and re-runs the rest of the forward, collectives included.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
 from tspbench.costs.decode import Widths
 from tspbench.costs.elementwise import over_step, tsp_block_bytes, tsp_ends_bytes
-from tspbench.costs.flops import FlopTerms, ForwardFlops, qkv_gemm_flops
-from tspbench.costs.memory import ActivationTerms, autograd_terms
+from tspbench.costs.flops import FlopTerms, ForwardFlops, op_kept_gemm, qkv_gemm_flops
+from tspbench.costs.memory import ActivationTerms, autograd_terms, op_saved, tsp_mm_calls
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Piece, Placement, Strategy, Traffic, register
 
@@ -98,8 +101,9 @@ class FoldedParallel(Strategy):
         attn_bwd = 3 * attn_shard + 3 * kv_block + 6 * block + stream
         mlp_bwd = prefetched + 4 * mlp_shard + 6 * s.act(T, s.ffn // d) + stream
         logits = B * T * (s.vocab // d) * max(e, 4)
+        op = op_saved(s, tsp_mm_calls(s, d))  # x, every other projection, the kernels' outputs
         return ActivationTerms(
-            saved_layer={"none": none, "selective": none, "full": stream},
+            saved_layer={"none": none, "selective": none, "op": op, "full": stream},
             stream=stream,
             forward_work=stream + max(attn_fwd, mlp_fwd),
             backward_work=max(attn_bwd, mlp_bwd),
@@ -122,7 +126,7 @@ class FoldedParallel(Strategy):
         recomputation; the attention core's is always recomputed, so selective adds nothing), and
         once per step tsp_ends_bytes (the ring embedding, the loss or the prefill's logits)."""
         s, w = self.shapes(), self.workload
-        forwards = 2 if w.recompute == "full" else 1
+        forwards = 2 if w.recompute in ("full", "op") else 1
         return over_step(s.layers, w.mode, forwards, tsp_block_bytes(s), tsp_ends_bytes(s, w.mode == "train"))
 
     def flop_terms(self) -> FlopTerms:
@@ -135,6 +139,9 @@ class FoldedParallel(Strategy):
         gemm, attention = 3 * f.blocks_gemm + 4 * f.head, 4.5 * f.layers * f.core
         if self.workload.recompute == "full":
             gemm, attention = gemm + f.blocks_gemm, attention + f.layers * f.core
+        if self.workload.recompute == "op":  # the forward's GEMMs again but the kept mm; cores kept
+            s = self.shapes()
+            gemm += f.blocks_gemm - f.layers * op_kept_gemm(s, tsp_mm_calls(s, self.mesh.size("tsp")))
         return f.terms(gemm, attention)
 
     def decode_traffic(self) -> list[Traffic]:

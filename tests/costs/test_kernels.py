@@ -37,6 +37,8 @@ CASES = [
     ("1b", 5, 512, "train", "full", "bfloat16", "cuda"),
     ("7b", 2, 256, "infer", "none", "bfloat16", "cuda"),
     ("1b", 6, 256, "train", "selective", "bfloat16", "cuda"),
+    ("1b", 4, 256, "train", "op", "bfloat16", "cuda"),
+    ("tiny", 4, 64, "train", "op", "float32", "cpu"),
     ("tiny-gqa", 3, 128, "train", "none", "bfloat16", "cuda"),
     ("tiny", 3, 64, "train", "full", "float32", "cpu"),
     ("tiny", 5, 64, "infer", "none", "float32", "cpu"),

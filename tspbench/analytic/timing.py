@@ -227,7 +227,7 @@ def elementwise_bytes(workload: Workload, work: ElementwiseWork, hw: Hardware) -
     if not passes:
         return float(work.counted + optimizer_bytes(workload, work, hw))
     block = passes.get(workload.mode, ASSUMED_PASSES[workload.mode])
-    if workload.mode == "train" and workload.recompute == "full":
+    if workload.mode == "train" and workload.recompute in ("full", "op"):  # op: its element-wise ops too
         block += passes.get("infer", ASSUMED_PASSES["infer"])  # each block's forward runs again
     activations = block * workload.model.n_layers * work.layer
     return float(activations + optimizer_bytes(workload, work, hw))

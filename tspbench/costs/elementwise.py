@@ -103,8 +103,9 @@ def over_step(
 
 def step_bytes(s: Shapes, mode: str, recompute: str, vocab_parts: int = 1) -> int:
     """Element-wise bytes of the step's blocks and head (the optimizer apart): a training step
-    runs each block's forward once more under full recomputation; a forward, the forward."""
-    forwards = 2 if recompute == "full" else 1
+    runs each block's forward once more under full or op recomputation (op re-runs every
+    element-wise op, keeping only GEMM and attention outputs); a forward, the forward."""
+    forwards = 2 if recompute in ("full", "op") else 1
     return over_step(s.layers, mode, forwards, block_bytes(s), ends_bytes(s, mode == "train", vocab_parts))
 
 
@@ -207,6 +208,7 @@ def tsp_ends_bytes(s: Shapes, train: bool = True) -> tuple[int, int]:
 
 
 def recomputed_forwards(mode: str, recompute: str) -> int:
-    """How many times a training step runs the attention core's forward (once more under
-    selective or full recomputation); once for a forward."""
-    return 2 if mode == "train" and recompute in ("selective", "full") else 1
+    """How many times a training step runs the attention core's element-wise work (once more
+    under selective, op or full recomputation: op keeps the kernels' outputs, not the merges and
+    copies around them); once for a forward."""
+    return 2 if mode == "train" and recompute in ("selective", "op", "full") else 1

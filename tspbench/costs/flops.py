@@ -8,6 +8,11 @@ higher MFU at 32K tokens on a 7B model). Not counted: norms, RoPE, softmax, the 
 lookup, the optimizer, and recomputation (model FLOPs are the same for every strategy and
 recomputation mode; the analytic model reports hardware FLOPs, recomputation included,
 separately). Training = 3 x forward (backward = 2 x forward).
+
+Recomputation in hardware FLOPs (``autograd_flops``): selective re-runs the attention core;
+full re-runs the block's forward up to its last saving op; op (torchtitan's per-op policy,
+tspbench.model.recompute) re-runs the 2nd, 4th, 6th mm of the block and keeps the attention
+kernels' outputs, so no attention FLOPs are repeated (``op_recomputed_gemm``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tspbench.core.spec import ModelConfig
-from tspbench.costs.memory import Shapes
+from tspbench.costs.memory import Shapes, block_mm_calls
 
 
 def attention_flops_per_layer(cfg: ModelConfig, seq_len: int) -> float:
@@ -142,10 +147,23 @@ class ForwardFlops:
         return FlopTerms(gemm, attention, self.causal_fraction, self.causal_block)
 
 
+def op_recomputed_gemm(s: Shapes, calls: list[tuple[int, int]]) -> float:
+    """Forward FLOPs of the mm calls of one block that op-level recomputation re-runs: the 2nd,
+    4th, 6th ... of ``calls`` ((k, n) in call order, tspbench.costs.memory.block_mm_calls), the
+    others' outputs being kept (tspbench.model.recompute)."""
+    return sum(2 * s.batch * s.tokens * k * n for k, n in calls[1::2])
+
+
+def op_kept_gemm(s: Shapes, calls: list[tuple[int, int]]) -> float:
+    """Forward FLOPs of the mm calls whose outputs op-level recomputation keeps (1st, 3rd, ...)."""
+    return sum(2 * s.batch * s.tokens * k * n for k, n in calls[::2])
+
+
 def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:
     """dp, tp, sp, tp_sp: backward = 2x forward GEMMs and 2.5x forward attention (flash
     backward recomputes the scores); selective recomputation re-runs the attention core, full
-    re-runs the block's forward up to its last saving op (the MLP output GEMM is skipped)."""
+    re-runs the block's forward up to its last saving op (the MLP output GEMM is skipped), op
+    re-runs 3 of its 7 GEMMs (wk, wo, w3) and never the attention core (its outputs are kept)."""
     f = ForwardFlops.of(s)
     if mode != "train":
         return f.prefill()
@@ -154,4 +172,6 @@ def autograd_flops(s: Shapes, mode: str, recompute: str) -> FlopTerms:
         attention += f.layers * f.core
     if recompute == "full":
         gemm += f.layers * (f.attn_gemm + f.mlp_gemm * 2 / 3)
+    if recompute == "op":
+        gemm += f.layers * op_recomputed_gemm(s, block_mm_calls(s))
     return f.terms(gemm, attention)

@@ -13,7 +13,11 @@ test_kernels.py counts them on traced steps):
     recompute, a layer      6       1          29 (27)                     55   (full: each block
                                                                                  again; selective:
                                                                                  the attention core,
-                                                                                 1 attention, 7 views)
+                                                                                 1 attention, 7 views;
+                                                                                 op: 3 GEMMs, wk wo w3,
+                                                                                 no attention, every
+                                                                                 element-wise op, 61
+                                                                                 views, 63 on CUDA)
     forward, outside        1       0          train 26 (25), infer 20 (19) train 8, infer 5
     backward, outside       2       0          19 (14)                     17
     AdamW                   0       0          10 per parameter tensor (9 a layer, 3 outside:
@@ -36,9 +40,17 @@ from tspbench.core.spec import Workload
 # (GEMM, attention, element-wise 16-bit, element-wise 32-bit, no kernel) per layer
 FORWARD = (7, 1, 30, 28, 31)
 BACKWARD = (14, 1, 48, 42, 89)
-RECOMPUTE = {"full": (6, 1, 29, 27, 55), "selective": (0, 1, 0, 0, 7), "none": (0, 0, 0, 0, 0)}
+RECOMPUTE = {
+    "full": (6, 1, 29, 27, 55),
+    "selective": (0, 1, 0, 0, 7),
+    "op": (3, 0, 29, 27, 61),
+    "none": (0, 0, 0, 0, 0),
+}
 FORWARD_OUTSIDE = {"train": (1, 0, 26, 25, 8), "infer": (1, 0, 20, 19, 5)}
 BACKWARD_OUTSIDE = (2, 0, 19, 14, 17)
+# op: the cache detaches each tensor output of the ops it keeps (tspbench.model.recompute); CUDA's
+# attention op (cuDNN's) has two more than the CPU kernel's o and log-sum-exp
+OP_CUDA_VIEWS = 2
 GROUPED_KV = {"forward": (0, 0, 2, 2, 6), "backward": (0, 0, 4, 4, 4)}  # repeated K/V, a layer
 ADAMW_PER_TENSOR, ADAMW_32BIT_EXTRA = 10, 2
 TENSORS_PER_LAYER, TENSORS_OUTSIDE = 9, 3  # wq wk wv wo w1 w2 w3, two norms; embedding, norm, head
@@ -77,6 +89,8 @@ def step_kernels(workload: Workload) -> StepKernels:
     if workload.mode == "train":
         rows += [(BACKWARD, cfg.n_layers), (BACKWARD_OUTSIDE, 1)]
         rows += [(RECOMPUTE[workload.recompute], cfg.n_layers)]
+        op_cuda = workload.recompute == "op" and workload.device == "cuda"
+        rows += [((0, 0, 0, 0, OP_CUDA_VIEWS), cfg.n_layers)] if op_cuda else []
         rows += [(GROUPED_KV["backward"], cfg.n_layers)] if grouped else []
     totals = [sum(_kinds(row, sixteen)[i] * n for row, n in rows) for i in range(4)]
     return StepKernels(totals[0], totals[1], totals[2] + optimizer_kernels(workload), totals[3])

@@ -79,6 +79,9 @@ class ActivationTerms:
     # and the block's saved bytes the MLP's backward (which runs before it) has freed by then
     attention_backward_work: int = 0
     mlp_saved: int = 0
+    # op-level recomputation: kept outputs a block's recompute never reaches (it stops at the last
+    # tensor backward needs), held through the block's backward beside what it recomputed
+    op_unreached: int = 0
 
 
 # The step phase (as the tracker labels allocations: tspbench.dist.comm.phase) of each moment.
@@ -159,7 +162,7 @@ def predict_memory(
         head_grads = params - sum(layer_grads) - _embedding_bytes(param_bytes)
         add("forward head", activations=all_saved, other=terms.head_forward_work)
         add("head backward", activations=all_saved, other=terms.head_backward_work)
-        rerun = terms.saved_layer["none"] - saved if recompute == "full" else 0
+        rerun = recomputed_layer(terms, recompute)
         # the last block's backward (most saved left) and the first's (most gradients done)
         for label, done in (("last block backward", 0), ("first block backward", L - 1)):
             live = terms.fixed_saved + (L - done) * saved + rerun
@@ -171,6 +174,19 @@ def predict_memory(
     name = max(moments, key=lambda k: moments[k][0])
     peak, by = moments[name]
     return MemoryPrediction(peak, by, name, {k: v[0] for k, v in moments.items()}, persistent)
+
+
+def recomputed_layer(terms: ActivationTerms, recompute: str) -> int:
+    """Bytes the block being differentiated holds beyond its saved_layer share, once its forward
+    is re-run: full rebuilds the whole saved set; op rebuilds it too, the kept outputs it
+    consumes dying into it, the unreached ones held beside it; none and selective add nothing
+    (selective's core is rebuilt inside its own backward, within backward_work)."""
+    none, saved = terms.saved_layer["none"], terms.saved_layer[recompute]
+    if recompute == "full":
+        return none - saved
+    if recompute == "op":
+        return none + terms.op_unreached - saved
+    return 0
 
 
 def terms_layers(param_bytes: dict[str, int]) -> int:
@@ -225,12 +241,13 @@ def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = 
     )
     upcast = logits * 4 if s.elt < 4 else 0
     return ActivationTerms(
-        saved_layer={"none": none, "selective": selective, "full": stream},
+        saved_layer={"none": none, "selective": selective, "op": op_saved(s), "full": stream},
         stream=stream,
         forward_work=stream + s.act(T, s.hidden) + 4 * s.act(T, s.ffn) + (inputs if megatron_sp else 0),
         backward_work=5 * s.act(T, s.ffn),  # six [B, T, f] temporaries, the gated product (saved) freed
         attention_backward_work=_attention_backward_work(s, gathered),
         mlp_saved=mlp + s.act(T, s.hidden),
+        op_unreached=s.act(T, s.hidden),  # w2's output: the recompute stops at w2's inputs
         fixed_saved=2 * T * (s.q // s.heads) * s.elt + B * T * (9 if vocab_parallel else 8),
         head_saved=head_saved,
         head_forward_work=logits * s.elt + upcast,
@@ -239,6 +256,44 @@ def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = 
         head_backward_work=(upcast if vocab_parallel else 2 * logits * ce) + s.act(T, s.hidden),
         prefill_head=logits * s.elt + s.act(T, s.hidden),
     )
+
+
+# ----------------------------------------------------------------------------- op-level recomputation
+
+
+def block_mm_calls(s: Shapes) -> list[tuple[int, int]]:
+    """(k, n) of each mm of the shared model's block forward, in call order, on [B T, k] inputs:
+    wq, wk, wv, wo, w1, w3, w2 at the rank's widths."""
+    h, q, kv, f = s.hidden, s.q, s.kv, s.ffn
+    return [(h, q), (h, kv), (h, kv), (q, h), (h, f), (h, f), (f, h)]
+
+
+def tsp_mm_calls(s: Shapes, parts: int) -> list[tuple[int, int]]:
+    """(k, n) of each mm of a TSP block forward (strategies/tsp_attention.py, tsp_ring.py), in
+    call order: q, k, v of each of the ``parts`` head blocks, then h1, h3 of each MLP shard.
+    Its output projections accumulate with addmm, never an mm: never kept, always re-run."""
+    h = s.hidden
+    attention = [(h, s.q // parts), (h, s.kv // parts), (h, s.kv // parts)] * parts
+    return attention + [(h, s.ffn // parts), (h, s.ffn // parts)] * parts
+
+
+def op_kept(calls: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The mm calls whose outputs op-level recomputation keeps: the 1st, 3rd, 5th ..."""
+    return calls[::2]
+
+
+def op_saved(s: Shapes, calls: list[tuple[int, int]] | None = None) -> int:
+    """Per block under op-level recomputation (tspbench.model.recompute): the block input the
+    checkpoint keeps, the kept mm outputs [B, T, n] (the shared block's wq, wv, w1, w2 by
+    default) and the attention kernels' outputs and log-sum-exps. Without a K/V gather that is
+    one kernel call per head ([B, T, q] and [B, n, T]); with one, each local chunk at an offset
+    is a prefix call and a square call of its own length, both kept: twice that on every rank
+    but the first (whose first chunk is a square, one call), the most any rank keeps."""
+    calls = block_mm_calls(s) if calls is None else calls
+    mm = sum(s.act(s.tokens, n) for _, n in op_kept(calls))
+    kernel_calls = 2 if s.kv_parts > 1 else 1
+    attention = kernel_calls * (s.act(s.tokens, s.q) + s.batch * s.heads * s.tokens * s.stat)
+    return s.act(s.stream_tokens, s.hidden) + mm + attention
 
 
 def _gqa_expansion(s: Shapes) -> int:
