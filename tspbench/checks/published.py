@@ -24,6 +24,7 @@ from typing import Any
 
 from tspbench.analytic.hardware import find_profile
 from tspbench.core.errors import DamagedFileError, ExperimentError, HardwareError, UsageError
+from tspbench.core.names import RECOMPUTE_MODES
 from tspbench.core.schema import BOOL, INT, NUM, STR, Field, SchemaError, check_mapping
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.yamlfile import read_yaml
@@ -98,7 +99,7 @@ EXPRESSED = {
     "strategy": Field(STR, required=True),
     **{a: Field(INT, default=1, minimum=1) for a in ("dp", "tp", "sp", "tsp", "fsdp")},
     "batch": Field(INT, minimum=1, required=True),  # micro-batch per replica
-    "recompute": Field(STR, choices=("none", "selective", "full"), required=True),
+    "recompute": Field(STR, choices=RECOMPUTE_MODES, required=True),  # torchtitan's selective AC: op
     "megatron_sp": Field(BOOL, default=False),
     "why": Field(STR, required=True),  # how the published run maps, and what does not
 }
