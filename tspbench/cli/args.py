@@ -98,7 +98,8 @@ STEPS_HELP = (
 )
 RECOMPUTE_HELP = (
     "activations recomputed in backward, train only: none (every one kept; default), selective "
-    "(the attention core), full (each block again from its input)"
+    "(the attention core), op (torchtitan's per-op policy: every other GEMM output and the "
+    "attention outputs kept, the rest again), full (each block again from its input)"
 )
 
 

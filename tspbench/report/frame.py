@@ -21,7 +21,7 @@ from tspbench.core.names import AXES, CATEGORIES, PHASES
 from tspbench.core.units import degrees_text
 
 STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "fsdp", "tp", "sp", "tp_sp", "fsdp_sp", "tsp"))}
-RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_RANK = {"none": 0, "selective": 1, "op": 2, "full": 3}
 
 
 @dataclass
