@@ -26,6 +26,12 @@ they are given; torch's cache cannot replay such a write, so only the functional
 reduce-scatter (which returns a new tensor) is in the saved set, as in torchtitan: a
 Megatron-SP reduce-scatter of tspbench.dist.comm runs again in the recompute.
 
+A kept output must not be written in place afterwards (torch's cache refuses it at the
+recompute): the attention merge leaves its kernels' outputs intact under this mode
+(tspbench.model.attention.keeping_kernel_outputs). TP's in-place all-reduce of the MLP output
+writes into w2's kept output, which is safe: the recompute stops at w2's inputs, the last
+tensors backward needs (torch's early stop, its default), and never asks the cache for it.
+
 Nothing here imports torch.distributed (the functional op is looked up on ``torch.ops``).
 """
 
