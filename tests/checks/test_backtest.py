@@ -90,7 +90,7 @@ def test_the_error_is_predicted_over_published_minus_one(rows) -> None:
     """Derived here without the backtest: the step's tokens per GPU (local batch x sequence)
     over the model's step time, against Table 1's 5,762 tokens/s/GPU."""
     model = ModelConfig(4096, 32, 32, 8, 14336, vocab_size=128256, rope_theta=500000.0, name="llama3.1-8b")
-    workload = Workload(model, 2, 8192, "train", "selective", "bfloat16", "cuda")
+    workload = Workload(model, 2, 8192, "train", "op", "bfloat16", "cuda")
     profiles = {
         "assumed": "h100-96gb-500w",
         "measured": "h100-96gb-500w-hopper-measured",

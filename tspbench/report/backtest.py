@@ -318,7 +318,10 @@ def doc_values(results: Path) -> Values:
         return f"{pd.Series(errors).median():.1%}" if errors else "-"
 
     differ = differ_lines(rows)
+    memory = [r["measured_memory_error"] for r in predicted if r.get("measured_memory_error") is not None]
     return {
+        "memory_range": f"{min(memory):+.1%} to {max(memory):+.1%}" if memory else "-",
+        "memory_count": str(len(memory)),
         "time_table": "\n".join(time_table(rows)),
         "memory_table": "\n".join(memory_table(rows)),
         "terms_table": "\n".join(terms_table(rows)),
