@@ -41,11 +41,15 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
         """FSDP's and the K/V gathers. A K/V gather recomputed in backward waits on the link
         behind the block's FSDP transfers (window "fsdp block", issued as its backward begins),
         which run first under the compute before it: the recomputed q, k, v projections (full),
-        or the MLP's and the output projection's backward (selective)."""
+        the k projection alone (op: the recompute runs as the block's backward begins, and of
+        the three only wk's output is not kept), or the MLP's and the output projection's
+        backward (selective)."""
         kv = kv_gather_traffic(self, "sp", self.config.n_kv_heads)
         s = self.shapes()
         f, qkv = ForwardFlops.of(s), qkv_gemm_flops(s)
-        before = qkv if self.workload.recompute == "full" else 2 * f.mlp_gemm + 2 * (f.attn_gemm - qkv)
+        before = {"full": qkv, "op": qkv * s.kv / (s.q + 2 * s.kv)}.get(
+            self.workload.recompute, 2 * f.mlp_gemm + 2 * (f.attn_gemm - qkv)
+        )
         queued = [
             replace(t, queue=BLOCK_WINDOW, queue_flops=before) if t.op == "all_gather" else t for t in kv
         ]

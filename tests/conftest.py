@@ -1,11 +1,20 @@
 """Longest files first: ``make test`` spreads whole files over the CPUs (pytest-xdist,
 ``--dist loadfile``: a file's module fixtures and its order stay on one worker), and starting the
 longest ones first keeps one CPU from running a long file alone at the end. Order within a file
-is kept; serial runs are unaffected but for the file order."""
+is kept; serial runs are unaffected but for the file order.
+
+A suite started in the background (``nohup``, ``cmd &`` in a script) inherits SIGINT ignored,
+and every command the Ctrl-C tests start would inherit it too; each test process takes Python's
+own handler back, so that a command's Ctrl-C reaches it as a terminal's does."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # files taking more than ~25 s on a 2-core host, longest first (tests/ and benchmarks/ alike),
 # by their path from the repository root (the rootdir)
