@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One session on a lent GPU (the device tool): gpu-check, the decode probe (tools/h200_probes.py)
-# and two of the committed bench points again, everything under $OUT/h200 and packed into $OUT/h200.tgz
+# One session on a lent GPU (the device tool): gpu-check, the decode probe (tools/h200_probes.py),
+# two of the committed bench points again and one under recompute op (torchtitan's policy on CUDA), everything under $OUT/h200 and packed into $OUT/h200.tgz
 # after each part, so a run stopped at its time limit still brings back what finished.
 #   usage (from the repository root, on the GPU machine): bash tools/h200_session.sh COMMIT
 set -u
@@ -21,4 +21,5 @@ echo "probes: $((SECONDS - T0)) s"
 B="tspbench bench --device cuda --hardware h200 --json --dtype bfloat16 --strategy dp"
 timeout 45 $B --model 1b --seq-len 8192 --steps 5 --warmup 2 --trace "$R/bench/b1_1b_8k_train.npz" > "$R/bench/b1_1b_8k_train.json"
 timeout 50 $B --model 7b --seq-len 32768 --mode infer --steps 3 --warmup 1 --trace "$R/bench/b2_7b_32k_infer.npz" > "$R/bench/b2_7b_32k_infer.json"
+timeout 45 $B --model 1b --seq-len 8192 --recompute op --steps 3 --warmup 1 --trace "$R/bench/b4_1b_8k_op.npz" > "$R/bench/b4_1b_8k_op.json"
 echo "all: $((SECONDS - T0)) s"; pack
