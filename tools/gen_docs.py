@@ -53,6 +53,7 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "backtest": lambda results: studies.backtest(results) | backtest.doc_values(results),
     "tsp_fsdp": studies.tsp_fsdp,
     "gpu_scores": studies.gpu_scores,
+    "gpu_ops": studies.gpu_op_scores,
     "headline": studies.headline,
     "decode": studies.decode,
     "fake_cost": studies.fake_cost,

@@ -193,7 +193,8 @@ def _op_kinds_rank(strategy: str) -> dict:
         kinds[kind] = kinds.get(kind, 0.0) + us / 1e6
         top[event.key] = us / 1e6
     biggest = dict(sorted(top.items(), key=lambda kv: -kv[1])[:25])
-    return {"strategy": strategy, "seconds_by_kind": kinds, "top_kernels_s": biggest}
+    point = {"model": "7b", "n_layers": 4, "batch": workload.batch, "seq_len": workload.seq_len}
+    return {"strategy": strategy, "point": point, "seconds_by_kind": kinds, "top_kernels_s": biggest}
 
 
 def op_kinds() -> list[dict]:

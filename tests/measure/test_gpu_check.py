@@ -76,6 +76,13 @@ def test_the_op_level_check_is_one_command(tmp_path: Path) -> None:
     assert main([*argv, "--out", str(tmp_path)]) == 0
     summary = _summary(tmp_path)
     assert [c["name"] for c in summary["checks"]] == ["calibrate", "ops/dp"] and summary["finished"]
+    details = json.loads((Path(summary["path"]) / "ops_dp.json").read_text())["details"]
+    by_op = details["by_op"]  # every element-wise op name, with what its rate can be read from
+    assert by_op and all(op["calls"] > 0 and op["replayed_s"] > 0 for op in by_op.values())
+    assert by_op["mul"]["bytes"] > 0 and by_op["mul"]["profiled_s"] > 0
+    replayed = sum(op["replayed_s"] for op in by_op.values())
+    assert replayed == pytest.approx(details["replayed_s"]["elementwise"])
+    assert details["workload"] == {"model": "tiny", "n_layers": 2, "batch": 1, "seq_len": 256}
 
 
 @pytest.mark.parametrize("value", ["nope", "ops,nope", ""])

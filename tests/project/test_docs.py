@@ -22,7 +22,7 @@ from tspbench.report.stored import Part
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = (
-    "strategies", "measuring", "fake-world", "time-model", "decode", "slurm", "results",
+    "strategies", "measuring", "fake-world", "time-model", "gpu-test-set", "decode", "slurm", "results",
     "reproducing-the-paper",
 )  # fmt: skip
 DOCS = [REPO / "README.md", *(REPO / "docs" / f"{page}.md" for page in PAGES)]

@@ -39,13 +39,14 @@ def test_each_bench_record_is_a_row_with_its_own_errors(tmp_path: Path) -> None:
 
 
 def test_the_page_opens_with_the_test_set_scored_on_the_shipped_profile(tmp_path: Path) -> None:
-    """Every row of results/h200/scores.md (`tspbench check gpu-points`) is on the page, before
-    the first run's section."""
+    """Every row of results/h200/scores.md and op_scores.md (`tspbench check gpu-points`) is on
+    the page, before the first run's section."""
     root = copied_root(tmp_path)
     page, _ = write_gpu_runs(root, tmp_path / "out")
     head = page.read_text().split("## h200/")[0]
-    rows = [x for x in (root / "h200" / "scores.md").read_text().splitlines() if x.startswith("| 2026")]
-    assert rows and all(row in head for row in rows)
+    for table in ("scores.md", "op_scores.md"):  # every measured point, and every step's kinds
+        rows = [x for x in (root / "h200" / table).read_text().splitlines() if x.startswith("| 2026")]
+        assert rows and all(row in head for row in rows)
 
 
 def test_a_damaged_record_is_named_and_the_rest_drawn(tmp_path: Path) -> None:

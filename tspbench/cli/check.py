@@ -173,12 +173,18 @@ def _gpu_points_args(c: argparse.ArgumentParser) -> None:
 
 
 def cmd_gpu_points(args: argparse.Namespace) -> int:
-    from tspbench.analytic.profile_choice import named_profile
+    from tspbench.analytic.profile_choice import choose_profile, named_profile
+    from tspbench.checks import gpu_op_kinds as op_kinds
     from tspbench.checks.gpu_points import score, scores_table, write_scores
 
     rows = score(args.root, named_profile(args.hardware))
     print(scores_table(rows), end="")
-    for path in write_scores(rows, args.out or args.root):
+    written = write_scores(rows, args.out or args.root)
+    by_kind = op_kinds.score(args.root, choose_profile(args.hardware, device="cuda", measured=False))
+    if by_kind.kinds:
+        print(op_kinds.table(by_kind.kinds), end="")
+        written += op_kinds.write_scores(by_kind, args.out or args.root)
+    for path in written:
         print(f"wrote {path}")
     return 0
 
@@ -215,8 +221,9 @@ CHECKS: dict[str, tuple[str, Arguments, Command]] = {
     ),
     "gpu-points": (
         "every committed GPU measurement scored by the analytic model and the timeline on the shipped "
-        f"profile and on its run's own calibration ({GPU_RESULTS}/scores.csv, scores.md)", _gpu_points_args,
-        cmd_gpu_points,
+        f"profile and on its run's own calibration ({GPU_RESULTS}/scores.csv, scores.md), and each op_kinds "
+        f"probe's device time by kind against the replayed step (op_scores.csv, op_scores.md)",
+        _gpu_points_args, cmd_gpu_points,
     ),
     "reprice": (
         "stored records re-priced in place from their kept traces (the timeline; --predictions: the "

@@ -5,7 +5,9 @@ device spent on it.
             at 8K tokens, bf16): torch.profiler's device time of the step's GEMMs, attention
             and element-wise ops (tspbench.measure.opcosts.kind_seconds), against the same
             step's trace replayed on the run's own calibrated profile
-            (tspbench.analytic.timeline): each kind within OP_LEVEL_TOLERANCE on a GPU
+            (tspbench.analytic.timeline): each kind within OP_LEVEL_TOLERANCE on a GPU; the
+            details keep every element-wise op name's calls, traced bytes, profiled and
+            replayed seconds (``by_op``), from which its rate can be read again
 
 Off a GPU it runs on the tiny model as a smoke test, without a pass mark: on a shared 2-core
 host the self time of an op varies by more than the tolerance from run to run.
@@ -15,9 +17,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from tspbench.analytic import prices
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import HardwareChoice
+from tspbench.analytic.replay_costs import Costs, kernel_seconds
 from tspbench.analytic.timeline import timeline
 from tspbench.core.spec import Layout
+from tspbench.core.trace import COMPUTE, ELEMENTWISE, RankTrace
 from tspbench.dist.launch import launch
 from tspbench.measure.gpu_rows import Check
 from tspbench.measure.opcosts import kind_seconds, profiled_rank
@@ -44,7 +52,11 @@ def op_level_check(p: Plan, strategy: str, hardware: HardwareChoice | None) -> C
     replayed = {k: sum(by_kind.get(k, 0.0) for by_kind in replay.kind_s.values()) for k in KINDS}
     errors = {k: replayed[k] / profiled[k] - 1 for k in KINDS if profiled[k] > 0}
     point = f"{workload.model.name} at {workload.seq_len} tokens"
-    details = {"profiled_s": profiled, "replayed_s": replayed, "error": errors, "point": point}
+    by_op = elementwise_by_op(rank["trace"], hardware.hardware, rank["seconds"])
+    where = {"model": workload.model.name.split("-")[0], "n_layers": workload.model.n_layers,
+             "batch": workload.batch, "seq_len": workload.seq_len}  # fmt: skip
+    details = {"profiled_s": profiled, "replayed_s": replayed, "error": errors, "point": point,
+               "by_op": by_op, "workload": where}  # fmt: skip
     summary = f"{layout.describe()}, {point}: replayed / profiled - 1: " + ", ".join(
         f"{k} {errors[k]:+.1%}" for k in KINDS if k in errors
     )
@@ -52,3 +64,26 @@ def op_level_check(p: Plan, strategy: str, hardware: HardwareChoice | None) -> C
         return Check(name, "measured", summary + " (no pass mark off a GPU)", details)
     ok = len(errors) == len(KINDS) and all(abs(e) <= OP_LEVEL_TOLERANCE for e in errors.values())
     return Check(name, "passed" if ok else "failed", f"{summary} (limit {OP_LEVEL_TOLERANCE:.0%})", details)
+
+
+def elementwise_by_op(
+    trace: RankTrace, hw: Hardware, seconds: dict[str, float] | None = None
+) -> dict[str, dict]:
+    """Per element-wise op name of ``trace``: calls, traced bytes, the GB/s and the seconds the
+    replay prices them at on ``hw``, and with ``seconds`` (a profiled step's, by name) its profiled
+    seconds: the op's self time, which also holds its calls the trace does not see, made inside
+    an op it records whole."""
+    replayed, ev = kernel_seconds(trace, Costs(hw, 1), alone=True), trace.events
+    ops = (ev["kind"] == COMPUTE) & (ev["cls"] == ELEMENTWISE)
+    out = {}
+    for index in np.unique(ev["name"][ops]).tolist():
+        mask, name = ops & (ev["name"] == index), trace.names[index]
+        out[name] = {
+            "calls": int(mask.sum()),
+            "bytes": float(ev["nbytes"][mask].sum()),
+            "priced_gbs": prices.elementwise_gbs(hw, name),
+            "replayed_s": float(replayed[mask].sum()),
+        }
+        if seconds is not None:
+            out[name]["profiled_s"] = seconds.get(name, 0.0)
+    return out

@@ -62,17 +62,26 @@ def gpu_runs_section(run: Path, out_dir: Path, damaged: list[str]) -> list[str]:
     return lines
 
 
+SCORES_INTRO = "Predicted / measured - 1, on the shipped profile and on the run's calibration:"
+OP_SCORES_INTRO = "A step's device time by kind, measured, against the same step replayed:"
+
+
 def test_set_section(results_root: Path, out_dir: Path) -> list[str]:
     """Each GPU folder's scores.md (``tspbench check gpu-points``: every measured point scored on
-    the shipped profile and on its run's calibration), where it has one."""
+    the shipped profile and on its run's calibration) and op_scores.md (the op-level test set),
+    where it has them."""
     lines = []
     for name in GPU_FOLDERS:
-        scores = results_root / name / "scores.md"
-        if scores.is_file():
-            where = os.path.relpath(scores, out_dir)
-            lines += [f"## The {name} test set ([{scores.name}]({where}), `tspbench check gpu-points`)", ""]
-            lines += ["Predicted / measured - 1, on the shipped profile and on the run's calibration:", ""]
-            lines += [scores.read_text().strip(), ""]
+        tables = (
+            ("scores.md", f"## The {name} test set", SCORES_INTRO),
+            ("op_scores.md", "### Op level", OP_SCORES_INTRO),
+        )
+        for file, title, intro in tables:
+            path = results_root / name / file
+            if path.is_file():
+                link = f"[{file}]({os.path.relpath(path, out_dir)})"
+                suffix = ", `tspbench check gpu-points`" if file == "scores.md" else ""
+                lines += [f"{title} ({link}{suffix})", "", intro, "", path.read_text().strip(), ""]
     return lines
 
 

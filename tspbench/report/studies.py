@@ -8,6 +8,7 @@ Each function takes the results folder and returns a group of named values (tspb
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -212,6 +213,43 @@ def gpu_scores(results: Path) -> Values:
         "timeline_same_run": span(steps["timeline_same_run_error"].dropna()),
         "tpot_runs": str(len(tpot)),
         "tpot": span(tpot["model_shipped_error"]),
+    }
+
+
+def gpu_op_scores(results: Path) -> Values:
+    """The op-level test set (results/h200/op_scores.csv, ``tspbench check gpu-points``): each
+    kind's replayed seconds against the device time the H200 probe measured, and where the
+    element-wise miss sits: the copy ops' priced rate against the rate their kernels ran at."""
+    h200 = results / "h200"
+    df = pd.read_csv(h200 / "op_scores.csv")
+    ops = pd.read_csv(h200 / "op_scores_elementwise.csv")
+    run = df["run"].iloc[-1]
+    probe = json.loads((h200 / run / "probes" / "op_kinds.json").read_text())[0]
+    copies = ops[
+        (ops["run"] == run) & (ops["strategy"] == probe["strategy"]) & ops["op"].isin(["copy_", "_to_copy"])
+    ]
+    kernels = sum(s for name, s in probe["top_kernels_s"].items() if "copy_kernel" in name)
+
+    def span(kind: str, label: str) -> str:
+        errors = df.loc[df["kind"] == kind, f"{label}_error"]
+        return f"{pct(errors.min())} to {pct(errors.max())}"
+
+    copy = copies[copies["op"] == "copy_"].iloc[0]
+    return {
+        "table": (h200 / "op_scores.md").read_text().rstrip("\n"),
+        "strategies": ", ".join(dict.fromkeys(df["strategy"])),
+        **{
+            f"{kind}_{label}": span(kind, label)
+            for kind in ("gemm", "attention", "elementwise")
+            for label in ("shipped", "same_run")
+        },
+        "copy_priced_gbs": f"{copy['priced_gbs']:,.0f}",
+        "copy_gb": f"{copy['bytes'] / 1e9:.1f}",
+        "copy_replayed_ms": f"{copy['replayed_s'] * 1e3:.1f}",
+        "copies_gb": f"{copies['bytes'].sum() / 1e9:.1f}",
+        "copies_replayed_ms": f"{copies['replayed_s'].sum() * 1e3:.1f}",
+        "copy_kernels_ms": f"{kernels * 1e3:.1f}",
+        "strategy": probe["strategy"],
     }
 
 
