@@ -1,8 +1,10 @@
 """What an op costs on this host, measured: the timeline's per-op terms (tspbench.analytic.timeline).
 
 A step of the model is run twice more after warm-up: once traced (tspbench.measure.trace: each
-op's name, bytes and FLOPs as the replay sees them) and once under torch.profiler (each aten op's
-self time). Grouped by op name, the two give per name: calls, bytes, FLOPs and seconds. Then
+op's name, bytes and FLOPs as the replay sees them) and once under torch.profiler (each op the
+trace records timed whole, with the ops it calls; every other aten op by its self time: see
+``whole_op_seconds``). Grouped by op name, the two give per name: calls, bytes, FLOPs and
+seconds. Then
 
     element-wise ops   seconds = calls x op_overhead + bytes / bandwidth      (least squares,
                        relative error, over every element-wise op name)
@@ -21,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,21 +64,51 @@ def traced(step: Callable[[], object], rank: int = 0) -> RankTrace:
     return recorder.trace()
 
 
-def profiled(step: Callable[[], object]) -> dict[str, float]:
-    """Self seconds of every aten op of one ``step()``, by name (no ``aten::``, no overload): its
-    CPU time, or on a GPU its kernels' device time (``attention_kernels_unattributed`` adds the
-    attention kernels the profiler ties to no op)."""
+def profiled(step: Callable[[], object], whole: Collection[str] = ()) -> dict[str, float]:
+    """Seconds of every aten op of one ``step()``, by name (no ``aten::``, no overload): its CPU
+    time, or on a GPU its kernels' device time (``attention_kernels_unattributed`` adds the
+    attention kernels the profiler ties to no op). An op named in ``whole`` (those a trace
+    records) is timed whole, with the ops it calls, which then count under its name and not
+    their own (``whole_op_seconds``); every other op by its self time."""
     cuda = torch.cuda.is_available()
     with profile(activities=profiler_activities()) as prof:
         synced(step)
     averages = prof.key_averages()
     out: dict[str, float] = defaultdict(float)
-    for event in averages:
-        if event.key.startswith("aten::"):
-            out[event.key.removeprefix("aten::")] += self_seconds(event, cuda)
+    if whole:
+        out.update(whole_op_seconds(prof.events(), frozenset(whole), cuda))
+    else:
+        for event in averages:
+            if event.key.startswith("aten::"):
+                out[event.key.removeprefix("aten::")] += self_seconds(event, cuda)
     if cuda:
         out[UNATTRIBUTED_ATTENTION] += attention_kernels_unattributed(averages, out)
     return dict(out)
+
+
+def whole_op_seconds(events, whole: frozenset[str], cuda: bool) -> dict[str, float]:
+    """Per aten op name: the whole time (self and callees) of every outermost call of an op in
+    ``whole``, and the self time of every other op outside those. A trace records an op whole
+    and prices its bytes: ``_to_copy`` calls ``copy_`` inside, and by self time its conversion's
+    time would count as ``copy_``'s, pricing the step's own ``copy_`` calls as if they moved it."""
+    out: dict[str, float] = defaultdict(float)
+    stack = [e for e in events if e.cpu_parent is None]
+    while stack:
+        event = stack.pop()
+        name = event.name.removeprefix("aten::") if event.name.startswith("aten::") else None
+        if name in whole:
+            out[name] += (event.device_time_total if cuda else event.cpu_time_total) * 1e-6
+            continue
+        if name is not None:
+            out[name] += self_seconds(event, cuda)
+        stack.extend(event.cpu_children)
+    return dict(out)
+
+
+def traced_names(trace: RankTrace) -> frozenset[str]:
+    """The op names of ``trace``'s compute events."""
+    compute = trace.events["name"][trace.events["kind"] == COMPUTE]
+    return frozenset(trace.names[i] for i in set(compute.tolist()))
 
 
 # On one H200 (torch 2.11, cuDNN 9.19) torch.profiler gave cuDNN's attention op no device time: its
@@ -180,7 +212,7 @@ def step_costs(step: Callable[[], object], repeats: int) -> dict[str, object]:
     walls, profiles = [], []
     for _ in range(repeats):
         walls.append(wall_seconds(step))
-        profiles.append(profiled(step))
+        profiles.append(profiled(step, traced_names(trace)))
     seconds = _medians(profiles)
     ops = totals(trace, seconds)
     overhead, bandwidth = fit_elementwise(ops)
@@ -230,7 +262,7 @@ def host_seconds_per_op(
     residuals = []
     for _ in range(repeats):
         wall = wall_seconds(run.step)
-        residuals.append(host_total(wall, trace, profiled(run.step)))
+        residuals.append(host_total(wall, trace, profiled(run.step, traced_names(trace))))
     return statistics.median(residuals) / max(int((trace.events["kind"] == COMPUTE).sum()), 1)
 
 

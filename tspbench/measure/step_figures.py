@@ -119,7 +119,8 @@ def timeline_costs(rec: Recorder, model: ModelConfig, tokens: int, repeats: int,
             f"rank alone, over the same on each of {ranks} ranks at once (dp {ranks}, torch.profiler)"
         )
     rec.step("per-op costs of a profiled step")
-    own = "device time" if torch.cuda.is_available() else "self time"
+    own = "device time" if torch.cuda.is_available() else "CPU time"
+    whole = "each traced op timed whole, with the ops it calls"
     how = f"{model.name} at {tokens} tokens on one rank, medians of {repeats} profiled steps"
     host = (
         f"measured: a step's wall time less its traced ops' aten {own}, per traced op (Python, autograd, "
@@ -128,11 +129,11 @@ def timeline_costs(rec: Recorder, model: ModelConfig, tokens: int, repeats: int,
     )
     rec.provenance |= {
         "op_overhead_us": f"measured: per-call time of the element-wise ops of a training step ({how}; "
-        f"torch.profiler {own} against bytes, least squares), tspbench.measure.opcosts",
+        f"torch.profiler {own} against bytes, least squares; {whole}), tspbench.measure.opcosts",
         "host_overhead_us": host,
         "step_gemm_tflops": f"measured: FLOPs / {own} of the step's GEMMs ({how})",
         "elementwise_by_op": f"measured: bytes / {own} of each element-wise op that moves at least "
-        f"1 MiB a call ({how})",
+        f"1 MiB a call ({how}; {whole})",
     }
     if torch.cuda.is_available():  # the host runs ahead of the GPU: its time per op is a launch cost
         costs["launch_us"], costs["host_overhead_us"] = costs["host_overhead_us"], 0.0

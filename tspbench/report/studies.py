@@ -235,6 +235,8 @@ def gpu_op_scores(results: Path) -> Values:
         return f"{pct(errors.min())} to {pct(errors.max())}"
 
     copy = copies[copies["op"] == "copy_"].iloc[0]
+    parts_8k = json.loads((h200 / "2026-12-04_149a5a5" / "probes" / "calibrate_parts_8k.json").read_text())
+    calibrated_8k = parts_8k["timeline_costs"]["result"]["elementwise_by_op"]
     return {
         "table": (h200 / "op_scores.md").read_text().rstrip("\n"),
         "strategies": ", ".join(dict.fromkeys(df["strategy"])),
@@ -249,6 +251,8 @@ def gpu_op_scores(results: Path) -> Values:
         "copies_gb": f"{copies['bytes'].sum() / 1e9:.1f}",
         "copies_replayed_ms": f"{copies['replayed_s'].sum() * 1e3:.1f}",
         "copy_kernels_ms": f"{kernels * 1e3:.1f}",
+        "copy_over_kernels_gbs": f"{copy['bytes'] / kernels / 1e9:,.0f}",
+        "copy_8k_gbs": f"{calibrated_8k['copy_']:,.0f}",
         "strategy": probe["strategy"],
     }
 
