@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from tspbench.core.errors import OutputError, UsageError
@@ -77,3 +80,23 @@ def check_suffix(path: Path, flag: str, allowed: tuple[str, ...]) -> Path:
     if not any(path.name.endswith(s) and len(path.name) > len(s) for s in allowed):
         raise UsageError(f"{flag} {path}: the name must end in {' or '.join(allowed)}")
     return path
+
+
+@contextlib.contextmanager
+def interrupt_deferred() -> Iterator[None]:
+    """Ctrl-C held back until the block ends, then handled as the handler before it would (Python's
+    raises KeyboardInterrupt): files written together (a record and the summary that lists it)
+    are all written or none. Off the main thread, a plain block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)
+    elif caught and previous == signal.SIG_DFL:
+        raise KeyboardInterrupt

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 import yaml
 
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
-from tspbench.core.files import write_atomic
+from tspbench.core.files import interrupt_deferred, write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.bench import bench
 from tspbench.measure.calibrate import calibrate
@@ -170,10 +170,12 @@ class Summary:
         self.start = time.perf_counter()
 
     def add(self, check: Check) -> None:
-        self.checks.append(check)
+        """The check's record and the summary that lists it, both or (Ctrl-C before) neither."""
         name = f"{check.name.replace('/', '_')}.json"
-        write_atomic(self.folder / name, json.dumps(asdict(check), indent=2, default=str))
-        self.write(finished=False)
+        with interrupt_deferred():
+            self.checks.append(check)
+            write_atomic(self.folder / name, json.dumps(asdict(check), indent=2, default=str))
+            self.write(finished=False)
 
     def write(self, finished: bool) -> dict[str, object]:
         summary = {
