@@ -4,7 +4,8 @@ price of the same step's ops, kind by kind.
     measured   <run>/probes/op_kinds.json (tools/h200_probes.py op_kinds): one training step at
                world 1 per strategy under torch.profiler, its kernels' device time summed by
                kind (GEMM, attention, element-wise: every other kernel, the optimizer's too);
-               and gpu-check's ops/S rows (<run>/gpu_check/ops_S.json), the same by aten op
+               and gpu-check's ops/S rows (<run>/gpu_check/ops_S.json), the same by aten op,
+               each op the trace records timed whole
     replayed   the same point executed in the fake world (its simulated GPU calling the
                shipped profile's attention kernel), its trace priced by the timeline on the
                shipped profile (out of sample) and on the run's own calibration (gpu-check's

@@ -3,7 +3,8 @@ device spent on it.
 
     ops/S   S in OP_STRATEGIES, one training step at world 1 (on a GPU: the 7B cut to 4 layers
             at 8K tokens, bf16): torch.profiler's device time of the step's GEMMs, attention
-            and element-wise ops (tspbench.measure.opcosts.kind_seconds), against the same
+            and element-wise ops, each op the trace records timed whole with the ops it calls,
+            as calibrate times it (tspbench.measure.opcosts.kind_seconds), against the same
             step's trace replayed on the run's own calibrated profile
             (tspbench.analytic.timeline): each kind within OP_LEVEL_TOLERANCE on a GPU; the
             details keep every element-wise op name's calls, traced bytes, profiled and
@@ -46,7 +47,7 @@ def op_level_check(p: Plan, strategy: str, hardware: HardwareChoice | None) -> C
         return Check(name, "skipped", "needs the profile calibrate writes (its check failed)")
     workload = p.memory.with_(seq_len=8192) if p.device == "cuda" else p.validate
     layout = Layout(strategy)
-    rank = launch(profiled_rank, 1, layout, workload, REPEATS, device=p.device, timeout=900)[0]
+    rank = launch(profiled_rank, 1, layout, workload, REPEATS, True, device=p.device, timeout=900)[0]
     profiled = {k: kind_seconds(rank["seconds"]).get(k, 0.0) for k in KINDS}
     replay = timeline([rank["trace"]], hardware.hardware, 1)
     replayed = {k: sum(by_kind.get(k, 0.0) for by_kind in replay.kind_s.values()) for k in KINDS}
@@ -71,8 +72,7 @@ def elementwise_by_op(
 ) -> dict[str, dict]:
     """Per element-wise op name of ``trace``: calls, traced bytes, the GB/s and the seconds the
     replay prices them at on ``hw``, and with ``seconds`` (a profiled step's, by name) its profiled
-    seconds: the op's self time, which also holds its calls the trace does not see, made inside
-    an op it records whole."""
+    seconds."""
     replayed, ev = kernel_seconds(trace, Costs(hw, 1), alone=True), trace.events
     ops = (ev["kind"] == COMPUTE) & (ev["cls"] == ELEMENTWISE)
     out = {}

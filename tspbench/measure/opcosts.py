@@ -283,19 +283,21 @@ def timeline_costs_rank(
     }
 
 
-def profiled_rank(layout: Layout, workload: Workload, repeats: int) -> dict[str, object]:
+def profiled_rank(layout: Layout, workload: Workload, repeats: int, whole: bool = False) -> dict[str, object]:
     """On every rank of a launched world: a traced step, then ``repeats`` times (after two
     warm-up steps) a profiled step, a clocked one (each op's wall and on-core time,
     tspbench.measure.opclock) and an unprofiled one (its wall time and where it went,
-    tspbench.measure.schedstat; None off Linux). The medians: self time by op name, clocked
-    seconds by op name, the unprofiled step."""
+    tspbench.measure.schedstat; None off Linux). The medians: seconds by op name (self time, or
+    with ``whole`` each traced op timed whole, as calibrate times it), clocked seconds by op
+    name, the unprofiled step."""
     run = RankRun(layout, workload)
     run.step()
     run.step()
     trace = traced(run.step, dist.get_rank() if dist.is_initialized() else 0)
+    names = traced_names(trace) if whole else ()
     profiles, clocks, walls, spent = [], [], [], []
     for _ in range(repeats):
-        profiles.append(profiled(run.step))
+        profiles.append(profiled(run.step, names))
         clocks.append(clocked(run.step))
         start = time.perf_counter()
         with schedstat.Spent() as where:
