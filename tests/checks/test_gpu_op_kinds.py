@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tspbench.analytic.hardware import load_hardware
-from tspbench.analytic.profile_choice import choose_profile
 from tspbench.checks.gpu_op_kinds import score, table, within_goal
 
 H200 = Path(__file__).resolve().parents[2] / "results" / "h200"
@@ -18,7 +17,7 @@ RUN = "2026-12-04_dd1d213"
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    return score(H200, choose_profile("h200", device="cuda", measured=False)).kinds
+    return score(H200, load_hardware("h200")).kinds
 
 
 def test_every_probed_strategy_and_kind_is_a_row_with_the_probe_s_seconds(rows: list[dict]) -> None:

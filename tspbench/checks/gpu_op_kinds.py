@@ -19,21 +19,22 @@ fake tensors and replayed.
 from __future__ import annotations
 
 import json
-import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from tspbench.analytic.hardware import Hardware
-from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.timeline import timeline
 from tspbench.checks.gpu_points import same_run_profile
 from tspbench.core.files import write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.core.trace import RankTrace, load_traces
-from tspbench.measure.fake import fake_bench
+from tspbench.core.trace import RankTrace
+from tspbench.dist.fake_world import run_fake_ranks
+from tspbench.measure import fake_cuda
+from tspbench.measure.fake import fake_rank, simulated_kernel
 from tspbench.measure.gpu_ops import KINDS, OP_LEVEL_TOLERANCE, elementwise_by_op
+from tspbench.strategy import check_fake_world
 
 PROBE = Path("probes") / "op_kinds.json"
 
@@ -44,7 +45,7 @@ def probe_workload(entry: dict) -> Workload:
     point = entry.get("point") or {"model": "7b", "n_layers": 4, "batch": 1, "seq_len": 8192}
     model = ModelConfig.preset(point["model"])
     if point.get("n_layers") and point["n_layers"] != model.n_layers:
-        model = replace(model, n_layers=point["n_layers"], name=f"{model.name}-{point['n_layers']}layers")
+        model = model.cut_to(point["n_layers"])
     return Workload(model, point["batch"], point["seq_len"], "train", "none", "bfloat16", "cuda")
 
 
@@ -62,15 +63,14 @@ def measured_entries(run: Path) -> list[dict]:
     return out
 
 
-def fake_trace(strategy: str, workload: Workload, shipped: HardwareChoice) -> RankTrace:
-    """Rank 0's traced step of ``strategy`` at world 1 in the fake world."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "trace.npz"
-        record = fake_bench(Layout(strategy), workload, hardware=shipped, trace_path=path)
-        if record["status"] != "completed":
-            where = f"{strategy} at {workload.seq_len} tokens in the fake world"
-            raise RuntimeError(f"{where}: {record['error']}")
-        return load_traces(path)[0][0]
+def fake_trace(strategy: str, workload: Workload, shipped: Hardware) -> RankTrace:
+    """The traced step of ``strategy`` at world 1 in the fake world, its simulated GPU calling
+    ``shipped``'s attention kernel."""
+    layout = Layout(strategy)
+    check_fake_world(layout, workload)
+    kernel = simulated_kernel(shipped)
+    env = fake_cuda.preload_env(workload.device)
+    return run_fake_ranks(fake_rank, [0], 1, layout, workload, None, True, kernel, env=env)[0]["trace"]
 
 
 def replayed_kinds(trace: RankTrace, hw: Hardware) -> dict[str, float]:
@@ -88,11 +88,11 @@ class Scores:
     ops: list[dict] = field(default_factory=list)
 
 
-def score(root: Path, shipped: HardwareChoice) -> Scores:
+def score(root: Path, shipped: Hardware) -> Scores:
     """Every step measured by kind under ``root`` (module doc)."""
     out = Scores()
     for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        profiles = {"shipped": shipped.hardware, "same_run": same_run_profile(run)}
+        profiles = {"shipped": shipped, "same_run": same_run_profile(run)}
         for entry in measured_entries(run):
             workload = probe_workload(entry)
             trace = fake_trace(entry["strategy"], workload, shipped)
@@ -106,7 +106,7 @@ def score(root: Path, shipped: HardwareChoice) -> Scores:
                     row[f"replayed_{label}_s"] = seconds[kind]
                     row[f"{label}_error"] = seconds[kind] / measured - 1 if measured > 0 else float("nan")
                 out.kinds.append(row)
-            ops = elementwise_by_op(trace, shipped.hardware)
+            ops = elementwise_by_op(trace, shipped)
             out.ops += [{**first, "op": name, **op} for name, op in ops.items()]
     return out
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -52,7 +51,7 @@ def estimate(seq_len: int, hw: Hardware) -> dict[str, object]:
         per_op[func._overloadpacket.__name__] += ms / 1e3
         return out, ms
 
-    model = replace(ModelConfig.preset("7b"), n_layers=2, name="7b-2layers")
+    model = ModelConfig.preset("7b").cut_to(2)
     workload = Workload(model, 1, seq_len, "train", "none", "bfloat16", "cuda")
     patches = [
         mock.patch.object(torch.cuda, "is_available", lambda: True),

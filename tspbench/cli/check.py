@@ -173,14 +173,15 @@ def _gpu_points_args(c: argparse.ArgumentParser) -> None:
 
 
 def cmd_gpu_points(args: argparse.Namespace) -> int:
-    from tspbench.analytic.profile_choice import choose_profile, named_profile
+    from tspbench.analytic.profile_choice import named_profile
     from tspbench.checks import gpu_op_kinds as op_kinds
     from tspbench.checks.gpu_points import score, scores_table, write_scores
 
-    rows = score(args.root, named_profile(args.hardware))
+    shipped = named_profile(args.hardware)
+    rows = score(args.root, shipped)
     print(scores_table(rows), end="")
     written = write_scores(rows, args.out or args.root)
-    by_kind = op_kinds.score(args.root, choose_profile(args.hardware, device="cuda", measured=False))
+    by_kind = op_kinds.score(args.root, shipped)
     if by_kind.kinds:
         print(op_kinds.table(by_kind.kinds), end="")
         written += op_kinds.write_scores(by_kind, args.out or args.root)

@@ -69,6 +69,10 @@ class ModelConfig:
             raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
         return replace(PRESETS[name], **overrides)  # type: ignore[arg-type]
 
+    def cut_to(self, n_layers: int) -> ModelConfig:
+        """The same model with only ``n_layers`` blocks, named for it ("7b-4layers")."""
+        return replace(self, n_layers=n_layers, name=f"{self.name}-{n_layers}layers")
+
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 

@@ -48,7 +48,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -93,7 +93,7 @@ def plan(device: str, quick: bool) -> Plan:
     if device == "cpu" or quick:
         tiny = Workload(ModelConfig.preset("tiny"), 1, 256, "train", "none", "float32", device)
         return Plan(device, 2 if device == "cpu" else _world(), tiny, tiny.with_(seq_len=1024))
-    seven_b = replace(ModelConfig.preset("7b"), n_layers=4, name="7b-4layers")
+    seven_b = ModelConfig.preset("7b").cut_to(4)
     small = Workload(ModelConfig.preset("small"), 1, 512, "train", "none", "bfloat16", device)
     return Plan(device, _world(), small, Workload(seven_b, 1, 32768, "train", "none", "bfloat16", device))
 

@@ -36,7 +36,7 @@ from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
 from tspbench.measure import schedstat
 from tspbench.measure.opclock import OpClock
-from tspbench.measure.profiled import profiler_activities, self_seconds
+from tspbench.measure.profiled import profiler_activities, self_seconds, whole_seconds
 from tspbench.measure.runner import RankRun
 from tspbench.measure.trace import StepRecorder
 
@@ -73,16 +73,15 @@ def profiled(step: Callable[[], object], whole: Collection[str] = ()) -> dict[st
     cuda = torch.cuda.is_available()
     with profile(activities=profiler_activities()) as prof:
         synced(step)
-    averages = prof.key_averages()
     out: dict[str, float] = defaultdict(float)
     if whole:
         out.update(whole_op_seconds(prof.events(), frozenset(whole), cuda))
     else:
-        for event in averages:
+        for event in prof.key_averages():
             if event.key.startswith("aten::"):
                 out[event.key.removeprefix("aten::")] += self_seconds(event, cuda)
     if cuda:
-        out[UNATTRIBUTED_ATTENTION] += attention_kernels_unattributed(averages, out)
+        out[UNATTRIBUTED_ATTENTION] += attention_kernels_unattributed(prof.key_averages(), out)
     return dict(out)
 
 
@@ -97,7 +96,7 @@ def whole_op_seconds(events, whole: frozenset[str], cuda: bool) -> dict[str, flo
         event = stack.pop()
         name = event.name.removeprefix("aten::") if event.name.startswith("aten::") else None
         if name in whole:
-            out[name] += (event.device_time_total if cuda else event.cpu_time_total) * 1e-6
+            out[name] += whole_seconds(event, cuda)
             continue
         if name is not None:
             out[name] += self_seconds(event, cuda)

@@ -64,6 +64,11 @@ def self_seconds(event, cuda: bool) -> float:
     return (event.self_device_time_total if cuda else event.self_cpu_time_total) * 1e-6
 
 
+def whole_seconds(event, cuda: bool) -> float:
+    """An op's time with the ops it calls: its kernels' and theirs on a GPU, its CPU time elsewhere."""
+    return (event.device_time_total if cuda else event.cpu_time_total) * 1e-6
+
+
 def elementwise_rank(
     model: ModelConfig, tokens: int, repeats: int, device: str = "cpu", dtype: str = "float32"
 ) -> dict[str, Rate]:

@@ -73,15 +73,14 @@ def test_set_section(results_root: Path, out_dir: Path) -> list[str]:
     lines = []
     for name in GPU_FOLDERS:
         tables = (
-            ("scores.md", f"## The {name} test set", SCORES_INTRO),
-            ("op_scores.md", "### Op level", OP_SCORES_INTRO),
+            ("scores.md", f"## The {name} test set", ", `tspbench check gpu-points`", SCORES_INTRO),
+            ("op_scores.md", "### Op level", "", OP_SCORES_INTRO),
         )
-        for file, title, intro in tables:
+        for file, title, command, intro in tables:
             path = results_root / name / file
             if path.is_file():
                 link = f"[{file}]({os.path.relpath(path, out_dir)})"
-                suffix = ", `tspbench check gpu-points`" if file == "scores.md" else ""
-                lines += [f"{title} ({link}{suffix})", "", intro, "", path.read_text().strip(), ""]
+                lines += [f"{title} ({link}{command})", "", intro, "", path.read_text().strip(), ""]
     return lines
 
 
