@@ -28,7 +28,7 @@ LONGEST_FIRST = (
     "tests/project/test_docs.py",
     "tests/project/test_slurm_local.py",
     "tests/strategies/test_tsp.py",
-    "tests/measure/test_gpu_check.py",
+    "tests/checks/test_gpu_check.py",
 )
 
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
+from tspbench.calibrate.launches import timed
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
-from tspbench.measure.launches import timed
 from tspbench.model import attention
 
 SEVEN_B_4 = ModelConfig.preset("7b").cut_to(4)
@@ -228,9 +228,9 @@ def _decode_rank() -> dict:
     the one-query attention alone over one layer's cache, TPOT eager and graphed, the tokens of
     both, and the floor from a device-to-device copy's bandwidth measured here. (At 959b60b it
     also compared a two-matmul one-query kernel: results/h200/2026-12-04_959b60b.)"""
+    from tspbench.checks.gpu_rows import decode_floor_s
     from tspbench.measure.decode_bench import tokens_digest
     from tspbench.measure.decode_graphs import DecodeGraphs
-    from tspbench.measure.gpu_rows import decode_floor_s
     from tspbench.measure.runner import RankRun
 
     model = ModelConfig.preset("7b")
@@ -279,7 +279,7 @@ def _calibrate_part(part: str, tokens: int = 8192) -> dict:
     record)."""
     import faulthandler
 
-    from tspbench.measure import launches, opcosts, profiled
+    from tspbench.calibrate import launches, opcosts, profiled
 
     faulthandler.dump_traceback_later(50, exit=False)
     start = time.perf_counter()

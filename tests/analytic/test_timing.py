@@ -16,13 +16,13 @@ import yaml
 from tspbench.analytic.hardware import RATES, Collective, Hardware, available_hardware, load_hardware
 from tspbench.analytic.predict import predict
 from tspbench.analytic.timing import StepTime, comm_seconds
+from tspbench.calibrate.probes import Rate, link_figures
+from tspbench.calibrate.profile import calibrate
+from tspbench.calibrate.profiled import elementwise_seconds
 from tspbench.cli import main
 from tspbench.core.errors import HardwareError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.mesh import Mesh
-from tspbench.measure.calibrate import calibrate
-from tspbench.measure.probes import Rate, link_figures
-from tspbench.measure.profiled import elementwise_seconds
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import check_layout
 from tspbench.strategy.traffic import Traffic

@@ -205,14 +205,14 @@ def test_predict_decode_gives_the_decode_model(capsys) -> None:
 def test_unwritable_output_is_refused_before_any_work(tmp_path: Path, capsys, monkeypatch) -> None:
     """/proc takes no new files, even from root: refused up front in one clean line, not an
     [Errno 2] after the work (calibrate measured for minutes before finding it out)."""
+    import tspbench.checks.gpu_check
     import tspbench.cli.analytic
-    import tspbench.measure.gpu_check
 
     def must_not_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("the work started before the output path was checked")
 
     monkeypatch.setattr(tspbench.cli.analytic, "calibrate", must_not_run)
-    monkeypatch.setattr(tspbench.measure.gpu_check, "run", must_not_run)
+    monkeypatch.setattr(tspbench.checks.gpu_check, "run", must_not_run)
     experiment = str(Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml")
     cases = [
         (["calibrate", "--quick", "--out", "/proc/tspbench-x/cpu.yaml"], "--out /proc/tspbench-x/cpu.yaml"),

@@ -156,7 +156,7 @@ def test_values_that_would_change_nothing_are_refused(
 
 def test_calibrate_repeats_count_with_quick(monkeypatch, capsys) -> None:
     import tspbench.cli.analytic
-    from tspbench.measure.calibrate import Calibration
+    from tspbench.calibrate.profile import Calibration
 
     seen = {}
 

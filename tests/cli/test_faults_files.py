@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from cli_exit import exit_code
 
+from tspbench.calibrate.profile import Calibration
 from tspbench.core.errors import DamagedFileError, OutputError
 from tspbench.core.files import write_atomic
 from tspbench.core.trace import EVENT, Group, RankTrace, load_traces, save_traces
-from tspbench.measure.calibrate import Calibration
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,10 +19,10 @@ import pytest
 import torch.distributed as dist
 import yaml
 
+from tspbench.calibrate.profile import calibrate, calibration_steps
 from tspbench.core.progress import Progress
 from tspbench.core.spec import ModelConfig
 from tspbench.dist.fake_world import FakeWorld
-from tspbench.measure.calibrate import calibrate, calibration_steps
 
 pytestmark = pytest.mark.slow  # multi-rank runs, sweeps or Slurm: make test, not make check
 

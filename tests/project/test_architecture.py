@@ -1,7 +1,8 @@
 """The package's shape, held by reading its source: layers import only downward, no cycles.
 
 The import graph is built with ast from tspbench/ and strategies/ (installed as
-tspbench.strategies). Function-level imports count; imports under ``if TYPE_CHECKING:`` do not.
+tspbench.strategies). Function-level imports count, and so do imports under ``if TYPE_CHECKING:``
+(a type-only import still ties two modules: no circle through one either).
 Rules (README, "Layout of the repository"):
 
     core        no torch, nothing else from tspbench
@@ -10,9 +11,10 @@ Rules (README, "Layout of the repository"):
     strategy    (the plugin API) never imports a plugin
     report      no torch anywhere in what it imports; sweep and report reach strategies only
                 through the registry
-    checks      the models' checks: above analytic, measure, sweep and report (they drive them
-                all); nothing but cli imports a check (the report and the docs read what the
-                checks stored)
+    calibrate   measuring a host into a profile: above measure (it runs real steps), below sweep
+    checks      the models' checks: above analytic, measure, calibrate, sweep and report (they
+                drive them all); nothing but cli imports a check (the report and the docs read
+                what the checks stored)
     cli         the only package that parses argv or prints; nothing imports it
 and no private name is imported across modules, tspbench modules are imported lazily only
 in cli, and no harness (apt-get, Slurm daemons) ships inside the installed package.
@@ -34,7 +36,7 @@ PACKAGE_DIRS = {"tspbench": ROOT / "tspbench", "tspbench.strategies": ROOT / "st
 # Layers, bottom to top: a module imports its own layer or lower ones only.
 LAYERS = {
     "core": 0, "model": 1, "costs": 1, "dist": 2, "strategy": 3, "strategies": 4,
-    "analytic": 5, "measure": 6, "sweep": 7, "report": 8, "checks": 9, "cli": 10,
+    "analytic": 5, "measure": 6, "calibrate": 7, "sweep": 8, "report": 9, "checks": 10, "cli": 11,
 }  # fmt: skip
 HARNESS_WORDS = ("apt-get", "slurmctld", "slurmdbd", "munged", "mariadb")
 
@@ -62,24 +64,13 @@ def _module_name(base: str, root: Path, path: Path) -> str:
     return ".".join([base, *parts])
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for n in ast.walk(node))
-    return skip
-
-
 def _parse(name: str, path: Path) -> Module:
     tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
     module = Module(name, path)
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     nested = {id(n) for f in functions for n in ast.walk(f) if n is not f}
     is_package = path.name == "__init__.py"
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
             module.prints.append(node.lineno)
         targets: list[str] = []
@@ -284,3 +275,11 @@ def test_the_graph_sees_known_edges() -> None:
     assert "tspbench.strategy.base" in GRAPH["tspbench.strategy.registry"]
     assert "tspbench.checks.backtest" in GRAPH["tspbench.cli.backtest"]  # a lazy import counts
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_measure_holds_only_what_runs_a_step() -> None:
+    """measure/ runs or executes a step; calibrating a host and the GPU check live elsewhere."""
+    modules_of_measure = sorted(m.name for m in of("measure") if m.path.name != "__init__.py")
+    assert len(modules_of_measure) <= 16, modules_of_measure
+    assert LAYERS["measure"] < LAYERS["calibrate"] < LAYERS["sweep"]
+    assert "tspbench.calibrate.profile" in GRAPH["tspbench.checks.gpu_check"]  # gpu-check calibrates

@@ -1,6 +1,6 @@
 """Stored records re-price to themselves: the timeline and the analytic model of the code as it
 is give the numbers committed beside each kept trace (``tspbench check reprice``: the results
-store's tspbench.sweep.reprice, through the one re-price function tspbench.measure.replayed
+store's tspbench.sweep.reprice, through the one re-price function tspbench.analytic.replayed
 .reprice). A change to either model that is not followed by re-pricing the stored results fails
 here."""
 

@@ -77,14 +77,14 @@ class Hardware:
     collectives: list[Collective] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # fraction of 'hidden' communication that really runs under compute
     # the timeline's per-op terms (tspbench.analytic.timeline); calibrate measures them on a
-    # profiled single-device step (tspbench.measure.opcosts)
+    # profiled single-device step (tspbench.calibrate.opcosts)
     op_overhead_us: float = 0.0  # per op with a kernel: CPU dispatch; GPU kernel launch and tail
     host_overhead_us: float = 0.0  # per op, outside its kernel (Python, autograd); 0: the host runs ahead
     step_gemm_tflops: float | None = None  # the model's own GEMMs in a profiled step (else gemm_tflops)
     elementwise_by_op: dict[str, float] = field(default_factory=dict)  # op name -> GB/s ("*": the rest)
     # a GPU's launches: the host's time per op of an eager step (Python, dispatch, launch: what
     # the device waits for where the host is behind), per kernel inside a replayed CUDA graph,
-    # per replay (tspbench.measure.launches); 0: not measured
+    # per replay (tspbench.calibrate.launches); 0: not measured
     launch_us: float = 0.0
     graph_kernel_us: float = 0.0
     graph_replay_us: float = 0.0

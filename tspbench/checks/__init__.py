@@ -8,6 +8,10 @@ them and writes its results folder. ``tspbench check NAME`` runs any of them (ts
     trace_cost.py        what tracing a fake-world step costs, and how fast the timeline replays it
     tsp_prefetch.py      TSP's first broadcast of each attention pass, before and after its prefetch
     host_drift.py        how much this host's speed moved between two measurements
+    gpu_check.py         every path only a GPU exercises (``tspbench gpu-check``), with the
+                         types its rows share (gpu_plan.py), its speed and steady-state rows
+                         (gpu_rows.py) and its op-level rows (gpu_ops.py)
+    gpu_points.py, gpu_op_kinds.py   the committed H200 probe scored step by step and kind by kind
 
-A layer of its own, above analytic, measure, sweep and report: the checks drive all of them, and
+A layer of its own, above analytic, measure, calibrate, sweep and report: the checks drive all of them, and
 nothing but the CLI imports a check (the report and the docs read what the checks stored)."""

@@ -50,13 +50,13 @@ from tspbench.analytic import prices
 from tspbench.analytic.hardware import Hardware, find_profile
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.profile_choice import named_profile
+from tspbench.analytic.replayed import reprice
 from tspbench.analytic.timing import ranks_per_node
 from tspbench.checks.published import Entry, Published, fake_record_path, read_fake_record
 from tspbench.core.errors import DamagedFileError, ExperimentError
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.trace import load_traces
 from tspbench.costs.kernels import step_kernels
-from tspbench.measure.replayed import reprice
 
 T = TypeVar("T")
 

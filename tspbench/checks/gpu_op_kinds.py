@@ -11,7 +11,7 @@ price of the same step's ops, kind by kind.
                shipped profile (out of sample) and on the run's own calibration (gpu-check's
                profile.yaml, where the run finished one): each kind's kernel seconds
 
-An error is replayed / measured - 1. The goal (tspbench.measure.gpu_ops.OP_LEVEL_TOLERANCE) is
+An error is replayed / measured - 1. The goal (tspbench.checks.gpu_ops.OP_LEVEL_TOLERANCE) is
 each kind within 10%. Nothing is measured here: the probe is read back, the step is executed on
 fake tensors and replayed.
 """
@@ -26,6 +26,7 @@ import pandas as pd
 
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timeline import timeline
+from tspbench.checks.gpu_ops import KINDS, OP_LEVEL_TOLERANCE, elementwise_by_op
 from tspbench.checks.gpu_points import same_run_profile
 from tspbench.core.files import write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
@@ -33,7 +34,6 @@ from tspbench.core.trace import RankTrace
 from tspbench.dist.fake_world import run_fake_ranks
 from tspbench.measure import fake_cuda
 from tspbench.measure.fake import fake_rank, simulated_kernel
-from tspbench.measure.gpu_ops import KINDS, OP_LEVEL_TOLERANCE, elementwise_by_op
 from tspbench.strategy import check_fake_world
 
 PROBE = Path("probes") / "op_kinds.json"

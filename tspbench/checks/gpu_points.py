@@ -4,7 +4,7 @@ made in the same run (gpu-check's profile, where the run has one).
 
     bench records   <run>/bench/*.json with a trace beside them (<name>.npz): step time,
                     against the analytic model (tspbench.analytic.predict) and the traced step
-                    replayed (tspbench.measure.replayed.reprice); decode records: TTFT and TPOT
+                    replayed (tspbench.analytic.replayed.reprice); decode records: TTFT and TPOT
                     p50 against the decode model
     decode TPOT     gpu-check's decode/tpot row (graphed) and the decode probe's graphed TPOT
                     (<run>/probes/decode_kernels.json): against the decode model
@@ -27,12 +27,12 @@ from tspbench.analytic.decode import predict_decode
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import predict
 from tspbench.analytic.profile_choice import named_profile
+from tspbench.analytic.replayed import reprice
 from tspbench.core.files import write_atomic
 from tspbench.core.names import AXES
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 from tspbench.core.units import format_bytes
-from tspbench.measure.replayed import reprice
 
 STEADY_BYTES = 1 << 20  # a step's peak within this of every other's: nothing carried across steps
 DECODE_POINT = {"model": "7b", "batch": 4, "seq_len": 16384, "decode_tokens": 32, "dtype": "bfloat16"}

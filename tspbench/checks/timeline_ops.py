@@ -34,12 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.replayed import reprice as replay
 from tspbench.analytic.timeline import Costs, Timeline, kind_seconds
+from tspbench.calibrate import opcosts
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
-from tspbench.measure import opcosts, schedstat
-from tspbench.measure.replayed import reprice as replay
+from tspbench.measure import schedstat
 from tspbench.report.tables import oncore_table, oncore_worst, schedule_table
 
 LAYOUTS = [
@@ -59,7 +60,7 @@ SCHEDULE_INTRO = (
 )
 ONCORE_INTRO = (
     "The same split in two: each op on a core (the replay's price of it on a device of its own, against "
-    "its measured on-core time: the rank thread's CPU clock around each op, tspbench.measure.opclock) "
+    "its measured on-core time: the rank thread's CPU clock around each op, tspbench.calibrate.opclock) "
     "and how much longer it took on the wall than on a core (measured: the same ops' wall clock; "
     "replayed: the share of the host the replay gave it):"
 )
@@ -111,7 +112,7 @@ def trace_path(out: Path, layout: str) -> Path:
 
 def kind_totals(ranks: list[dict], clock: str = "") -> dict[str, float]:
     """Profiled self seconds by kind, summed over ranks (``clock``: "wall" or "cpu", the ops'
-    seconds on that clock of tspbench.measure.opclock instead)."""
+    seconds on that clock of tspbench.calibrate.opclock instead)."""
     out = dict.fromkeys(KINDS, 0.0)
     for r in ranks:
         for kind, seconds in opcosts.kind_seconds(r["clocked"][clock] if clock else r["seconds"]).items():

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from tspbench.analytic.profile_choice import named_profile
+from tspbench.analytic.replayed import reprice
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
 from tspbench.measure.fake import fake_bench
-from tspbench.measure.replayed import reprice
 
 LAYOUT = Layout("tsp", tsp=8, dp=128)
 WORKLOAD = Workload(ModelConfig.preset("7b"), 1, 131072, "train", "full", "bfloat16", "cuda")

@@ -18,6 +18,7 @@ from tspbench.analytic.hardware import Hardware, available_hardware
 from tspbench.analytic.planner import PlanResult, plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.profile_choice import choose_profile
+from tspbench.calibrate.profile import calibrate, default_model
 from tspbench.cli.args import (
     MAX_GPUS,
     RECOMPUTE_HELP,
@@ -36,7 +37,6 @@ from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.records import point_record
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
 from tspbench.core.units import format_bytes
-from tspbench.measure.calibrate import calibrate, default_model
 
 PROFILE_SUFFIXES = (".yaml", ".yml")  # what --hardware takes as a path
 CALIBRATE_MIN_SEQ_LEN = 16  # the smallest attention call calibrate times (its zigzag chunk floor)

@@ -299,7 +299,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     before the minutes of calibration and measuring start."""
     import torch
 
-    from tspbench.measure.gpu_check import CHECK_GROUPS, run
+    from tspbench.checks.gpu_check import CHECK_GROUPS, run
 
     output_path(args.out, "--out", folder=True)
     if args.device == "cuda" and not torch.cuda.is_available():

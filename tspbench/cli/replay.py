@@ -35,8 +35,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     from tspbench.analytic.chrome import write_chrome_trace
     from tspbench.analytic.profile_choice import choose_profile
+    from tspbench.analytic.replayed import reprice
     from tspbench.core.trace import load_traces
-    from tspbench.measure.replayed import reprice
 
     path = args.traces / "trace.npz" if args.traces.is_dir() else args.traces
     if not path.is_file():

@@ -36,6 +36,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.mfu import mfu_fields
 from tspbench.analytic.predict import predict
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
+from tspbench.analytic.replayed import timeline_fields
 from tspbench.core.errors import WorkloadError
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
@@ -45,7 +46,6 @@ from tspbench.dist.launch import LaunchTimeout, RankError, launch
 from tspbench.measure import schedstat
 from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
 from tspbench.measure.env import device_name, environment
-from tspbench.measure.replayed import timeline_fields
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
 
@@ -237,7 +237,7 @@ def bench(
     """Measure one point; returns the flat record (``status`` says how it ended). ``hardware``:
     the point's profile, chosen by its caller (tspbench.analytic.profile_choice.choose_profile);
     None: the device's, chosen here. ``trace_path``: where the traced step goes (.npz, or a
-    Chrome trace .json / .json.gz; see tspbench.measure.replayed). ``decode_graphs``: decode
+    Chrome trace .json / .json.gz; see tspbench.analytic.replayed). ``decode_graphs``: decode
     steps replayed as CUDA graphs (default: on CUDA; never elsewhere)."""
     cls = check_layout(layout, workload)
     choice = hardware or device_profile(workload)

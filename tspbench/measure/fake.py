@@ -41,6 +41,7 @@ from torch._subclasses.fake_tensor import (
 
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
+from tspbench.analytic.replayed import timeline_fields
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import excerpt
@@ -52,7 +53,6 @@ from tspbench.measure.bench import predictions
 from tspbench.measure.decode_bench import decode_work_fields
 from tspbench.measure.env import environment
 from tspbench.measure.flop_counter import FlopTally
-from tspbench.measure.replayed import timeline_fields
 from tspbench.measure.runner import RankRun
 from tspbench.measure.simulated_gpu import simulated_gpu
 from tspbench.measure.tracker import CATEGORIES

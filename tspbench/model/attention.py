@@ -125,7 +125,7 @@ def settle_float64_exp() -> None:
     a process runs on CPU was seen 3.3e-9 off (relative; every later one within 2.2e-16) in 3 of
     40 fresh processes that had imported pandas after torch, and never in 180 that had run one
     small exp first: the merge weights of the offset split are exps, so gpu-check's float64
-    attention check failed at random (tests/measure/test_gpu_check.py repeats it in fresh processes)."""
+    attention check failed at random (tests/checks/test_gpu_check.py repeats it in fresh processes)."""
     torch.ones(16, dtype=torch.float64).exp()
 
 

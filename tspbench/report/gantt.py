@@ -6,7 +6,7 @@ traced point per strategy at one shape: the most common setting (world size, mod
 recomputation, micro-batch, model, dtype; ties to the larger world), the longest sequence that
 every traced strategy ran there, and a strategy's first layout in the report's order among those
 with the most model-parallel axes above 1 (TP+SP as tp4 x sp2, not tp8 x sp1, which is TP). Each is
-re-priced (tspbench.measure.replayed.reprice: the timeline) on the hardware profile its record
+re-priced (tspbench.analytic.replayed.reprice: the timeline) on the hardware profile its record
 names (``timeline_hardware``, else ``hardware``, else ``cpu`` for a CPU run and ``mi300x`` for a
 simulated GPU: tspbench.analytic.profile_choice.profile_name) in the point's world.
 
@@ -41,11 +41,11 @@ from matplotlib.patches import Patch
 
 from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
 from tspbench.analytic.profile_choice import profile_name, record_profile
+from tspbench.analytic.replayed import reprice
 from tspbench.analytic.timeline import Timeline
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.names import AXES
 from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
-from tspbench.measure.replayed import reprice
 from tspbench.report import style as st
 from tspbench.report.bars import op_colors
 from tspbench.report.frame import Context

@@ -88,7 +88,7 @@ def oncore_table(rows: list[dict]) -> str:
     """Each kind's seconds on a core and its wait for one, as GitHub Markdown: one row per layout
     and kind of the op-level check's rows (seconds summed over ranks). On a core: the replay's
     price of each op on a device of its own against the ops' measured on-core time
-    (tspbench.measure.opclock); wall over on-core: measured (the same ops' wall clock) and
+    (tspbench.calibrate.opclock); wall over on-core: measured (the same ops' wall clock) and
     replayed (the share of the host the replay gave the kind)."""
     out = []
     for r in rows:

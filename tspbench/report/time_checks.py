@@ -193,7 +193,7 @@ def cpu_profile(results: Path) -> Values:
         "gemm_gflops": f"{cpu.gemm_tflops * 1e3:.1f}",
         "memory_gbs": f"{cpu.hbm_bandwidth_gbs:.0f}",
         # ops whose work torch.profiler books to an op they call, which the trace never records:
-        # nll_loss_backward zeroes its output in a fill_ (tests/measure/test_opclock.py), rsub
+        # nll_loss_backward zeroes its output in a fill_ (tests/calibrate/test_opclock.py), rsub
         # subtracts in a sub
         **{op: f"{cpu.elementwise_by_op[op]:,.0f}" for op in ("nll_loss_backward", "rsub")},
     }

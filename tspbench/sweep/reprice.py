@@ -1,5 +1,5 @@
 """Re-price stored records from their kept traces (trace.npz beside each record): the results
-store's side of tspbench.measure.replayed.reprice.
+store's side of tspbench.analytic.replayed.reprice.
 
 The timeline is a model: the same traced step replayed with the current code and hardware
 profile gives its current numbers, with no step run again. For every record of the folders
@@ -23,9 +23,9 @@ from pathlib import Path
 
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import named_profile, profile_name
+from tspbench.analytic.replayed import reprice, repriced_record
 from tspbench.core.trace import load_traces
 from tspbench.measure.bench import predictions
-from tspbench.measure.replayed import reprice, repriced_record
 from tspbench.sweep.points import Point
 from tspbench.sweep.store import write_json, write_tables
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from tspbench.calibrate import step_figures
+from tspbench.calibrate.probes import Rate
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.measure import step_figures
-from tspbench.measure.probes import Rate
 from tspbench.strategy import check_layout
 
 

@@ -26,9 +26,9 @@ row of its summary (``summary.json``, ``summary.md``, and the table the command 
                  model's (from the calibration above)
     attention/speed, memory/infer, step, decode/tpot
                  speed against SDPA's default, a flat inference peak, step time and MFU, decode
-                 near its memory floor (tspbench.measure.gpu_rows)
+                 near its memory floor (tspbench.checks.gpu_rows)
     ops/S        dp, tsp and fsdp at world 1: each kind's replayed compute against the device
-                 time torch.profiler gives it, within 10% (tspbench.measure.gpu_ops)
+                 time torch.profiler gives it, within 10% (tspbench.checks.gpu_ops)
 
 Each check's record is written the moment it ends and the summary after every check
 (``finished`` false until the last), so a stopped run keeps what finished; a check that raises
@@ -48,7 +48,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -56,20 +56,20 @@ import torch.nn.functional as F
 import yaml
 
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
-from tspbench.core.files import interrupt_deferred, write_atomic
-from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.measure.bench import bench
-from tspbench.measure.calibrate import calibrate
-from tspbench.measure.env import environment
-from tspbench.measure.fake import fake_bench
-from tspbench.measure.gpu_ops import OP_STRATEGIES, op_level_check
-from tspbench.measure.gpu_rows import (
-    Check,
+from tspbench.calibrate.profile import calibrate
+from tspbench.checks.gpu_ops import OP_STRATEGIES, op_level_check
+from tspbench.checks.gpu_plan import Check, Plan, plan
+from tspbench.checks.gpu_rows import (
     attention_speed_check,
     decode_tpot_check,
     inference_memory_check,
     step_check,
 )
+from tspbench.core.files import interrupt_deferred, write_atomic
+from tspbench.core.spec import Layout
+from tspbench.measure.bench import bench
+from tspbench.measure.env import environment
+from tspbench.measure.fake import fake_bench
 from tspbench.measure.validate import TOLERANCE, validate
 from tspbench.model.layers import causal_attention
 from tspbench.strategy import iter_strategies, layout_for
@@ -77,31 +77,6 @@ from tspbench.strategy import iter_strategies, layout_for
 BF16_ATTENTION_TOLERANCE = 2e-2  # bf16 keeps 8 bits of mantissa; a 2,048-key softmax and its sums ~1e-2
 ATTENTION_KEYS, ATTENTION_QUERIES = 2048, 512  # the check's key prefix and its query chunk at the end
 ALLOCATOR_EXCESS = 0.15  # allocated may exceed the fake world's live tensors by this much
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the run covers: the device, the world of the group checks, the two workloads."""
-
-    device: str
-    world: int
-    validate: Workload
-    memory: Workload
-
-
-def plan(device: str, quick: bool) -> Plan:
-    if device == "cpu" or quick:
-        tiny = Workload(ModelConfig.preset("tiny"), 1, 256, "train", "none", "float32", device)
-        return Plan(device, 2 if device == "cpu" else _world(), tiny, tiny.with_(seq_len=1024))
-    seven_b = ModelConfig.preset("7b").cut_to(4)
-    small = Workload(ModelConfig.preset("small"), 1, 512, "train", "none", "bfloat16", device)
-    return Plan(device, _world(), small, Workload(seven_b, 1, 32768, "train", "none", "bfloat16", device))
-
-
-def _world() -> int:
-    """The largest power of two of the visible GPUs, at most 8."""
-    count = min(torch.cuda.device_count(), 8)
-    return 1 << (count.bit_length() - 1) if count else 0
 
 
 CHECK_GROUPS = ("attention", "calibrate", "speed", "validate", "overlap", "memory", "step", "decode", "ops")

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from tspbench.calibrate.probes import Rate
 from tspbench.core.spec import Layout, ModelConfig, Workload
-from tspbench.measure.probes import Rate
 from tspbench.measure.runner import RankRun
 
 GEMM_OPS = frozenset(  # and the wrappers that dispatch them

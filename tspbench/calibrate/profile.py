@@ -18,10 +18,10 @@ a number of local ranks), every figure the median of ``repeats`` with its spread
                               bandwidth (profiled device time on a GPU, CPU time on a CPU)
     op_overhead_us, host_overhead_us, step_gemm_tflops, elementwise_by_op
                               the timeline's per-op terms, from the same kind of profiled step
-                              (tspbench.measure.opcosts)
+                              (tspbench.calibrate.opcosts)
     launch_us, graph_kernel_us, graph_replay_us
                               on a GPU: a kernel launched eagerly, a kernel inside a replayed
-                              CUDA graph, a graph's replay (tspbench.measure.launches)
+                              CUDA graph, a graph's replay (tspbench.calibrate.launches)
     contention                each rank's share of its device when 1..ranks ranks run GEMMs at
                               once (CPU: ranks share the host's cores); attention_contention
                               the same of causal attention calls
@@ -49,17 +49,17 @@ from functools import partial
 
 import torch
 
-from tspbench.core.bus import BUS_FACTOR
-from tspbench.core.progress import Progress
-from tspbench.core.spec import ModelConfig
-from tspbench.dist.launch import launch
-from tspbench.measure import probes
-from tspbench.measure.probes import Rate
-from tspbench.measure.step_figures import (
+from tspbench.calibrate import probes
+from tspbench.calibrate.probes import Rate
+from tspbench.calibrate.step_figures import (
     NOISY_SPREAD,
     Recorder,
     step_figures,
 )
+from tspbench.core.bus import BUS_FACTOR
+from tspbench.core.progress import Progress
+from tspbench.core.spec import ModelConfig
+from tspbench.dist.launch import launch
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv")
 # Message sizes the collectives are timed at: from a norm's gradient to a 7B layer's K/V block.

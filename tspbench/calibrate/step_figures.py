@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tspbench.calibrate import launches, opcosts, profiled
+from tspbench.calibrate.probes import Rate
 from tspbench.core.progress import Progress
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
-from tspbench.measure import launches, opcosts, profiled
-from tspbench.measure.probes import Rate
 from tspbench.strategy import Strategy, check_layout
 
 NOISY_SPREAD = 0.20
@@ -100,7 +100,7 @@ def elementwise_passes(
 
 
 def timeline_costs(rec: Recorder, model: ModelConfig, tokens: int, repeats: int, ranks: int) -> dict:
-    """The timeline's per-op terms, from a profiled single-device step (tspbench.measure.opcosts),
+    """The timeline's per-op terms, from a profiled single-device step (tspbench.calibrate.opcosts),
     and with ``ranks`` the share of each kind when that many ranks run the same step at once
     (``--quick`` leaves that out: the probes' contention stands in)."""
     costs = launch(
@@ -129,7 +129,7 @@ def timeline_costs(rec: Recorder, model: ModelConfig, tokens: int, repeats: int,
     )
     rec.provenance |= {
         "op_overhead_us": f"measured: per-call time of the element-wise ops of a training step ({how}; "
-        f"torch.profiler {own} against bytes, least squares; {whole}), tspbench.measure.opcosts",
+        f"torch.profiler {own} against bytes, least squares; {whole}), tspbench.calibrate.opcosts",
         "host_overhead_us": host,
         "step_gemm_tflops": f"measured: FLOPs / {own} of the step's GEMMs ({how})",
         "elementwise_by_op": f"measured: bytes / {own} of each element-wise op that moves at least "
@@ -152,7 +152,7 @@ def device_dtype() -> tuple[str, str]:
 
 
 def launch_figures(rec: Recorder, repeats: int) -> dict:
-    """Launch figures on this GPU (tspbench.measure.launches), in this process."""
+    """Launch figures on this GPU (tspbench.calibrate.launches), in this process."""
     costs = launches.launch_costs(repeats)
     rec.step("kernel launches")
     how = (

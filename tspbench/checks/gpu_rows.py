@@ -1,4 +1,4 @@
-"""gpu-check's speed and steady-state rows (tspbench.measure.gpu_check runs them):
+"""gpu-check's speed and steady-state rows (tspbench.checks.gpu_check runs them):
 
     attention/speed  the model's causal attention (a causal square; a query chunk at an offset,
                      split into an unmasked prefix and a causal square) against SDPA's default
@@ -18,34 +18,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
 from tspbench.analytic.profile_choice import HardwareChoice
+from tspbench.calibrate.launches import timed
+from tspbench.checks.gpu_plan import Check, Plan
 from tspbench.core.spec import Layout, ModelConfig
 from tspbench.measure.bench import bench
-from tspbench.measure.launches import timed
 from tspbench.model.attention import causal_attention
-
-if TYPE_CHECKING:
-    from tspbench.measure.gpu_check import Plan
 
 ATTENTION_SPEED_LIMIT = 1.05  # the model's attention over SDPA's default, forward + backward
 TPOT_FLOOR_LIMIT = 1.3  # graphed TPOT over its bytes-over-bandwidth floor
 INFER_PEAK_SPREAD = 1e-3  # relative spread allowed between the steps' allocator peaks
-
-
-@dataclass
-class Check:
-    """One check's outcome: passed, failed, skipped (with the reason) or measured (no pass mark)."""
-
-    name: str
-    status: str
-    summary: str
-    details: dict = field(default_factory=dict)
 
 
 def attention_pairs(seq: int, heads: int, d: int, device: str, dtype: torch.dtype) -> dict[str, tuple]:

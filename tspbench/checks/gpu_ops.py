@@ -4,7 +4,7 @@ device spent on it.
     ops/S   S in OP_STRATEGIES, one training step at world 1 (on a GPU: the 7B cut to 4 layers
             at 8K tokens, bf16): torch.profiler's device time of the step's GEMMs, attention
             and element-wise ops, each op the trace records timed whole with the ops it calls,
-            as calibrate times it (tspbench.measure.opcosts.kind_seconds), against the same
+            as calibrate times it (tspbench.calibrate.opcosts.kind_seconds), against the same
             step's trace replayed on the run's own calibrated profile
             (tspbench.analytic.timeline): each kind within OP_LEVEL_TOLERANCE on a GPU; the
             details keep every element-wise op name's calls, traced bytes, profiled and
@@ -16,8 +16,6 @@ host the self time of an op varies by more than the tolerance from run to run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from tspbench.analytic import prices
@@ -25,14 +23,11 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.replay_costs import Costs, kernel_seconds
 from tspbench.analytic.timeline import timeline
+from tspbench.calibrate.opcosts import kind_seconds, profiled_rank
+from tspbench.checks.gpu_plan import Check, Plan
 from tspbench.core.spec import Layout
 from tspbench.core.trace import COMPUTE, ELEMENTWISE, RankTrace
 from tspbench.dist.launch import launch
-from tspbench.measure.gpu_rows import Check
-from tspbench.measure.opcosts import kind_seconds, profiled_rank
-
-if TYPE_CHECKING:
-    from tspbench.measure.gpu_check import Plan
 
 OP_STRATEGIES = ("dp", "tsp", "fsdp")
 OP_LEVEL_TOLERANCE = 0.10

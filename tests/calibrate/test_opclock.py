@@ -1,4 +1,4 @@
-"""Each op's wall and on-core time (tspbench.measure.opclock), held to what the test makes the
+"""Each op's wall and on-core time (tspbench.calibrate.opclock), held to what the test makes the
 host do: an op alone on a core spends its wall time there; an op that shares its core with a
 spinning process gets about half of it; backward's ops are timed like forward's."""
 
@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
+from tspbench.calibrate.opclock import OpClock
 from tspbench.core.trace import COMPUTE
-from tspbench.measure.opclock import OpClock
 from tspbench.measure.trace import StepRecorder
 
 GEMMS = 30

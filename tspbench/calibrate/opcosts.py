@@ -32,11 +32,11 @@ import torch.distributed as dist
 from torch.autograd import DeviceType
 from torch.profiler import profile
 
+from tspbench.calibrate.opclock import OpClock
+from tspbench.calibrate.profiled import profiler_activities, self_seconds, whole_seconds
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, CLASS_NAMES, COMPUTE, ELEMENTWISE, GEMM, RankTrace, op_class
 from tspbench.measure import schedstat
-from tspbench.measure.opclock import OpClock
-from tspbench.measure.profiled import profiler_activities, self_seconds, whole_seconds
 from tspbench.measure.runner import RankRun
 from tspbench.measure.trace import StepRecorder
 
@@ -142,7 +142,7 @@ def wall_seconds(step: Callable[[], object]) -> float:
 
 
 def clocked(step: Callable[[], object]) -> dict[str, dict[str, float]]:
-    """Wall and on-core seconds of every aten op of one ``step()``, by name (tspbench.measure.opclock)."""
+    """Wall and on-core seconds of every aten op of one ``step()``, by name (tspbench.calibrate.opclock)."""
     with OpClock() as clock:
         step()
     return {"wall": dict(clock.wall_s), "cpu": dict(clock.cpu_s)}
@@ -285,7 +285,7 @@ def timeline_costs_rank(
 def profiled_rank(layout: Layout, workload: Workload, repeats: int, whole: bool = False) -> dict[str, object]:
     """On every rank of a launched world: a traced step, then ``repeats`` times (after two
     warm-up steps) a profiled step, a clocked one (each op's wall and on-core time,
-    tspbench.measure.opclock) and an unprofiled one (its wall time and where it went,
+    tspbench.calibrate.opclock) and an unprofiled one (its wall time and where it went,
     tspbench.measure.schedstat; None off Linux). The medians: seconds by op name (self time, or
     with ``whole`` each traced op timed whole, as calibrate times it), clocked seconds by op
     name, the unprofiled step."""

@@ -1,4 +1,4 @@
-"""What calibrate books each traced op (tspbench.measure.opcosts.profiled): an op the trace records
+"""What calibrate books each traced op (tspbench.calibrate.opcosts.profiled): an op the trace records
 is timed whole, with the ops it calls, so a rate per op name is its own calls' rate."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tspbench.measure.opcosts import profiled, traced, traced_names
+from tspbench.calibrate.opcosts import profiled, traced, traced_names
 
 SOURCE = torch.randn(1 << 21)  # 8 MiB of float32: the conversion's kernel dominates the step
 SMALL, TARGET = torch.randn(16), torch.empty(16)
@@ -37,8 +37,8 @@ def test_whole_and_self_time_partition_the_same_profile() -> None:
     """Within one profile, the whole-op seconds and the self seconds of the aten ops sum alike."""
     from torch.profiler import profile
 
-    from tspbench.measure.opcosts import whole_op_seconds
-    from tspbench.measure.profiled import self_seconds
+    from tspbench.calibrate.opcosts import whole_op_seconds
+    from tspbench.calibrate.profiled import self_seconds
 
     with profile() as prof:
         convert()

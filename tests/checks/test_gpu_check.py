@@ -93,7 +93,7 @@ def test_gpu_check_refuses_an_unknown_group_of_checks(value: str, capsys: pytest
 
 
 def test_the_help_names_every_group_of_checks(capsys: pytest.CaptureFixture) -> None:
-    from tspbench.measure.gpu_check import CHECK_GROUPS
+    from tspbench.checks.gpu_check import CHECK_GROUPS
 
     with pytest.raises(SystemExit):
         main(["gpu-check", "--help"])
@@ -123,14 +123,14 @@ def test_the_group_checks_use_the_largest_power_of_two_of_the_node_s_gpus(
     gpus: int, world: int, monkeypatch
 ) -> None:
     """TSP and the zigzag need a power-of-two group; one node holds at most 8 GPUs."""
-    from tspbench.measure import gpu_check
+    from tspbench.checks import gpu_check
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert gpu_check.plan("cuda", quick=True).world == world
 
 
 def test_on_one_gpu_the_group_checks_say_what_they_skip(monkeypatch) -> None:
-    from tspbench.measure import gpu_check
+    from tspbench.checks import gpu_check
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     p = gpu_check.plan("cuda", quick=True)
@@ -162,7 +162,7 @@ def test_a_stopped_gpu_check_keeps_every_finished_check(tmp_path: Path) -> None:
 
 
 def test_a_check_that_outlives_its_limit_is_a_failed_row_and_the_run_goes_on() -> None:
-    from tspbench.measure.gpu_check import Check, guarded
+    from tspbench.checks.gpu_check import Check, guarded
 
     slow = guarded("slow", lambda: time.sleep(5) or Check("slow", "passed", ""), seconds=0.2)
     fast = guarded("fast", lambda: Check("fast", "passed", "ok"), seconds=5)
@@ -173,7 +173,7 @@ def test_a_check_that_outlives_its_limit_is_a_failed_row_and_the_run_goes_on() -
 CHECK_IN_A_FRESH_PROCESS = """
 import torch
 import pandas  # as the CLI's process has it: a first float64 exp after this was seen 3e-9 off
-from tspbench.measure.gpu_check import attention_check
+from tspbench.checks.gpu_check import attention_check
 print(attention_check("cpu").status)
 """
 
@@ -194,7 +194,7 @@ def test_the_float64_attention_check_passes_in_every_fresh_process() -> None:
 
 
 def test_the_float64_tolerance_is_the_rounding_bound_of_the_check_s_sums() -> None:
-    from tspbench.measure import gpu_check
+    from tspbench.checks import gpu_check
 
     eps = torch.finfo(torch.float64).eps
     assert gpu_check.attention_tolerance("cpu") == 4 * (32 + 2048) * eps
