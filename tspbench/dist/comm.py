@@ -65,6 +65,8 @@ def all_gather(x: Tensor, group: Group, dim: int | None = None, async_op: bool =
         return solo(lambda: x.unsqueeze(0) if dim is None else x, async_op)
     x = x.contiguous()
     stacked = x.new_empty((group.size, *x.shape))
+    # torch 2.13 deprecates all_gather_into_tensor (a FutureWarning each call) for all_gather_single;
+    # older torch (the GPU box runs 2.11) has only the old name. Same for reduce_scatter below.
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     start = partial(gather, group=group.pg, async_op=True)
 
@@ -88,6 +90,7 @@ def reduce_scatter(x: Tensor, group: Group, dim: int | None = None, async_op: bo
         return solo(lambda: x[0] if dim is None else x, async_op)
     stacked = (x if dim is None else torch.stack(x.chunk(n, dim=dim), dim=0)).contiguous()
     out = stacked.new_empty(stacked.shape[1:])
+    # reduce_scatter_single is 2.13's name; reduce_scatter_tensor the older one (see all_gather).
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     start = partial(scatter, group=group.pg, async_op=True)
 
