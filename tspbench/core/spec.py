@@ -44,17 +44,12 @@ class ModelConfig:
         return self.hidden // self.n_heads
 
     @property
-    def kv_groups(self) -> int:
-        """g = query heads per key/value head (1 = plain multi-head attention)."""
-        return self.n_heads // self.n_kv_heads
-
-    @property
     def kv_hidden(self) -> int:
         return self.n_kv_heads * self.head_dim
 
     @property
     def params_per_layer(self) -> int:
-        """Weights of one block, norms included: (2 + 2/g + 3F) h^2 + 2h."""
+        """Weights of one block, norms included: (2 + 2/g + 3F) h^2 + 2h, g = n_heads / n_kv_heads."""
         h = self.hidden
         return 2 * h * h + 2 * h * self.kv_hidden + 3 * h * self.ffn_hidden + 2 * h
 
