@@ -5,13 +5,35 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tools.slurm_local.cluster import LocalSlurmCluster
+from typing import Protocol
 
 
-def write_configs(c: LocalSlurmCluster) -> None:
+class ClusterSettings(Protocol):
+    """What the config files are written from: LocalSlurmCluster has every one of these.
+
+    A protocol, so that this module needs nothing from cluster.py, which imports
+    ``write_configs`` from here: the two modules do not import each other.
+    """
+
+    root: Path
+    nodes: int
+    cpus_per_node: int
+    accounting: bool
+    ports: dict[str, int]  # slurmctld, slurmdbd, mariadb and each node name -> its port
+
+    @property
+    def partition(self) -> str: ...
+    @property
+    def cluster_name(self) -> str: ...
+    @property
+    def conf_path(self) -> Path: ...
+    @property
+    def munge_socket(self) -> Path: ...
+    @property
+    def node_names(self) -> list[str]: ...
+
+
+def write_configs(c: ClusterSettings) -> None:
     """plugstack.conf, slurm.conf, slurmdbd.conf (with accounting) and ports.json, for the ports
     the cluster has just chosen."""
     (c.root / "etc" / "plugstack.conf").write_text("")  # no site SPANK plugins
@@ -23,7 +45,7 @@ def write_configs(c: LocalSlurmCluster) -> None:
     (c.root / "ports.json").write_text(json.dumps(c.ports, indent=1))
 
 
-def slurm_conf(c: LocalSlurmCluster) -> str:
+def slurm_conf(c: ClusterSettings) -> str:
     """slurm.conf: munge auth, no cgroups, CPUs as the consumable, every node on 127.0.0.1."""
     host = socket.gethostname().split(".")[0]
     r = c.root
@@ -77,7 +99,7 @@ def slurm_conf(c: LocalSlurmCluster) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _accounting_lines(c: LocalSlurmCluster) -> list[str]:
+def _accounting_lines(c: ClusterSettings) -> list[str]:
     """Jobs recorded by slurmdbd with ``accounting``, else nowhere."""
     if not c.accounting:
         return ["AccountingStorageType=accounting_storage/none"]
@@ -91,7 +113,7 @@ def _accounting_lines(c: LocalSlurmCluster) -> list[str]:
     ]
 
 
-def _node_lines(c: LocalSlurmCluster, host: str, mem_mb: int) -> list[str]:
+def _node_lines(c: ClusterSettings, host: str, mem_mb: int) -> list[str]:
     """One line per node, each at NodeAddr 127.0.0.1 (every node is this host)."""
     return [
         f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={c.ports[n]} "
@@ -100,7 +122,7 @@ def _node_lines(c: LocalSlurmCluster, host: str, mem_mb: int) -> list[str]:
     ]
 
 
-def slurmdbd_conf(c: LocalSlurmCluster) -> str:
+def slurmdbd_conf(c: ClusterSettings) -> str:
     """slurmdbd.conf: munge auth, the private MariaDB over TCP on its own port."""
     host = socket.gethostname().split(".")[0]
     r = c.root
