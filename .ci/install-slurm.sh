@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install what tspbench.slurm_local.LocalSlurmCluster needs: Slurm (slurmctld, slurmd, clients),
-# munge, slurmdbd and MariaDB. Idempotent: does nothing when every binary is already there.
+# Install what tools.slurm_local.LocalSlurmCluster (tools/slurm_local/cluster.py) needs: Slurm
+# (slurmctld, slurmd, clients), munge, slurmdbd and MariaDB. Idempotent: does nothing when every
+# binary is already there. The same lists as tools/slurm_local/install.py (ensure_installed, which
+# the tests call), for installing from a shell before any Python is set up.
 # Debian/Ubuntu only. The packages' own services are not used (the cluster runs its own daemons
 # under a temporary folder), so it does not matter whether apt starts or skips them.
 set -euo pipefail

@@ -1,7 +1,11 @@
 """Hardware profiles: the numbers the time and fit models need, as YAML data with provenance.
 
-Shipped in tspbench/analytic/profiles/ (mi300x, h100, h200, a100, and cpu measured on this kind
-of host by ``tspbench calibrate``). A profile is found by name there, in directories listed in
+Shipped in tspbench/analytic/profiles/: a100, h100, mi300x (datasheets and assumptions), h200
+(measured on one H200 by gpu-check's calibrate), cpu (measured on this kind of host by ``tspbench
+calibrate``), and the H100 96 GB at 500 W that torchtitan's published runs used: h100-96gb-500w
+(h100's assumptions), h100-96gb-500w-hopper-measured (the H200's measured figures carried over),
+and its two fits written by ``tspbench check backtest --fit --write``,
+h100-96gb-500w-calibrated(-compile). A profile is found by name there, in directories listed in
 TSPBENCH_HARDWARE_PATH, or given as a path to a .yaml file (``tspbench calibrate --out`` writes
 one). Every figure says where it comes from in ``provenance``: ``datasheet``, ``assumed``, or
 ``measured: <how>``; a field missing from it is reported as ``unstated``.
