@@ -1,10 +1,11 @@
 """Render README.md and docs/*.md from docs/templates/, every quoted number from results/.
 
 A template's ``{{group.name}}`` is replaced by the value ``name`` of ``GROUPS[group](results)``:
-the numbers and tables are computed from the stored records by tspbench.report.studies and
-tspbench.report.time_checks, and the words around them are the templates' own. A value may be
-a ``Part``, a fragment of docs/templates/parts/ filled with its own ``{{name}}`` values, where
-the wording depends on the data, or None, where a conditional sentence does not apply.
+the numbers and tables are computed from the stored records by tools/docs_numbers/ (studies,
+time_checks, paper_checks: out of the installed package, since only the docs quote them), and
+the words around them are the templates' own. A value may be a ``Part``, a fragment of
+docs/templates/parts/ filled with its own ``{{name}}`` values, where the wording depends on the
+data, or None, where a conditional sentence does not apply.
 tests/project/test_docs.py fails when a rendered file no longer matches what the records give.
 
     python -m tools.gen_docs            # write README.md and docs/*.md
@@ -21,9 +22,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tools.docs_numbers import paper_checks, studies, time_checks
+from tools.docs_numbers.stored import Part
 from tspbench.core.fields import markdown_table
-from tspbench.report import backtest, paper_checks, studies, time_checks
-from tspbench.report.stored import Part, Values
+from tspbench.report import backtest
+from tspbench.report.formats import Values
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "docs" / "templates"
@@ -33,7 +36,8 @@ RESULTS = ROOT / "results"
 
 def crossover(results: Path) -> Values:
     """The planner's crossover (tspbench plan prints it) for the 7B at D = 8, in inference and in
-    training with full recomputation. The planner reaches torch, which tspbench.report may not."""
+    training with full recomputation. The planner imports torch, which the other groups do
+    without, so it is imported only when this group renders."""
     from tspbench.analytic.planner import crossover_tokens
     from tspbench.core.spec import ModelConfig, Workload
 

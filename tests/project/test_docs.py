@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tools import gen_docs
+from tools.docs_numbers.stored import Part
 from tspbench.cli import main
 from tspbench.core.fields import field_for
-from tspbench.report.stored import Part
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = (

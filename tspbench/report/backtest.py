@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from tspbench.core.files import write_atomic
 from tspbench.report import style as st
 from tspbench.report.bars import parity_axes
-from tspbench.report.stored import Values
+from tspbench.report.formats import Values
 
 KINDS = {
     "assumed": "shipped",

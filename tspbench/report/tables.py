@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from tspbench.report.stored import GIB, KINDS, LABEL, pct, tokens
+from tspbench.report.formats import GIB, KINDS, LABEL, pct, tokens
 from tspbench.report.style import byte_unit
 
 IDENTITY = ("strategy", "degrees", "world_size", "seq_len", "batch", "mode", "recompute", "status", "source")

@@ -2,7 +2,7 @@
 world, projected throughput, the published-run backtest, TSP against FSDP+SP, decode, the fake
 world's own cost, and how long this host takes to set up and test.
 
-Each function takes the results folder and returns a group of named values (tspbench.report
+Each function takes the results folder and returns a group of named values (tools.docs_numbers
 .stored says what a value may be); the wording around them is in docs/templates/.
 """
 
@@ -14,22 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from tools.docs_numbers.stored import Part, completed, layout_name, named, records, stored_json
 from tspbench.core.spec import ModelConfig
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
 from tspbench.report import tables
-from tspbench.report.stored import (
-    GIB,
-    MIB,
-    Part,
-    Values,
-    completed,
-    layout_name,
-    named,
-    pct,
-    records,
-    stored_json,
-    tokens,
-)
+from tspbench.report.formats import GIB, MIB, Values, pct, tokens
 
 MI300X_USABLE_GIB = 192 * 0.95
 

@@ -1,11 +1,12 @@
 """The stored results as the docs quote them: records read once per experiment, each point's
-layout named as the docs name it, numbers formatted one way everywhere.
+layout named as the docs name it.
 
-The functions of tspbench.report.time_checks and tspbench.report.studies take the results
-folder and return a group of named values, each a formatted string, a markdown table, a
-``Part`` (a fragment of docs/templates/parts/ filled with its own values: the docs' wording
-where a sentence depends on the data) or None (a conditional sentence that does not apply).
-tools/gen_docs.py fills the templates' ``{{group.name}}`` placeholders from them.
+The functions of tools.docs_numbers (studies, time_checks, paper_checks) take the results folder
+and return a group of named values (``Values``, tspbench.report.formats), each a formatted string,
+a markdown table, a ``Part`` (a fragment of docs/templates/parts/ filled with its own values: the
+docs' wording where a sentence depends on the data) or None (a conditional sentence that does not
+apply). tools/gen_docs.py fills the templates' ``{{group.name}}`` placeholders from them. Numbers
+are formatted as the report formats them (tspbench.report.formats), so a table and a sentence agree.
 """
 
 from __future__ import annotations
@@ -18,20 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from tspbench.report.formats import LABEL
 from tspbench.sweep.store import load
 
-GIB, MIB = 2**30, 2**20
-LABEL = {
-    "dp": "DP",
-    "tp": "TP",
-    "sp": "SP",
-    "tp_sp": "TP+SP",
-    "tsp": "TSP",
-    "fsdp": "FSDP",
-    "fsdp_sp": "FSDP+SP",
-}
 AXIS = {"dp": "dp", "tp": "tp", "sp": "sp", "tsp": "tsp", "fsdp": "fsdp", "fsdp_sp": "sp"}
-KINDS = ("gemm", "attention", "elementwise")
 
 
 @dataclass
@@ -42,9 +33,6 @@ class Part:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-Values = dict[str, Any]  # str | Part | None for each name a template quotes
-
-
 @cache
 def records(results: Path, experiment: str) -> pd.DataFrame:
     """Every stored record of one experiment (read once per run of the renderer)."""
@@ -53,6 +41,7 @@ def records(results: Path, experiment: str) -> pd.DataFrame:
 
 @cache
 def stored_json(results: Path, relative: str) -> Any:
+    """A check's stored JSON under ``results`` (read once per run of the renderer)."""
     return json.loads((results / relative).read_text())
 
 
@@ -76,15 +65,6 @@ def completed(results: Path, experiment: str, **where: object) -> pd.DataFrame:
     for key, value in where.items():
         df = df[df[key] == value]
     return df
-
-
-def pct(x: float, signed: bool = True) -> str:
-    return f"{x:+.1%}" if signed else f"{x:.1%}"
-
-
-def tokens(n: int) -> str:
-    """'4K' for 4096, '1.5K' for 1536, '512' for 512."""
-    return f"{n / 1024:g}K" if n >= 1024 else str(n)
 
 
 def span(values: list[float], spec: str) -> str:

@@ -1,9 +1,9 @@
 """The numbers docs/time-model.md and the README quote from the time models' checks.
 
-Each function takes the results folder and returns a group of named values (tspbench.report
+Each function takes the results folder and returns a group of named values (tools.docs_numbers
 .stored says what a value may be); the wording around them is in docs/templates/. The checks
 are issue #21's: the op-level check (results/timeline_check/ops.json) and the step-level ones
-(results/cpu_reference, cpu_out_of_sample); tspbench.report.paper_checks has those at paper
+(results/cpu_reference, cpu_out_of_sample); tools.docs_numbers.paper_checks has those at paper
 scale.
 """
 
@@ -15,20 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from tools.docs_numbers.paper_checks import FAR, paper_scale_parts
+from tools.docs_numbers.stored import Part, completed, named, span, stored_json
 from tspbench.analytic.profile_choice import named_profile
 from tspbench.report import tables
-from tspbench.report.paper_checks import FAR, paper_scale_parts
-from tspbench.report.stored import (
-    KINDS,
-    Part,
-    Values,
-    completed,
-    named,
-    pct,
-    span,
-    stored_json,
-    tokens,
-)
+from tspbench.report.formats import KINDS, Values, pct, tokens
 from tspbench.report.tables import KIND_NAMES, oncore_worst
 
 

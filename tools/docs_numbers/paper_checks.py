@@ -2,7 +2,7 @@
 against the analytic model on the fake world's points, against torch's RuntimeEstimator, and how
 much of TSP's weight traffic hides under compute.
 
-Each function takes the results folder and returns a group of named values (tspbench.report
+Each function takes the results folder and returns a group of named values (tools.docs_numbers
 .stored says what a value may be); the wording around them is in docs/templates/.
 """
 
@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tools.docs_numbers.stored import Part, completed, named, stored_json
 from tspbench.analytic.profile_choice import named_profile, record_profile
 from tspbench.core.spec import ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
 from tspbench.costs.kernels import step_kernels
 from tspbench.report import tables
-from tspbench.report.stored import KINDS, LABEL, MIB, Part, Values, completed, named, pct, stored_json, tokens
+from tspbench.report.formats import KINDS, LABEL, MIB, Values, pct, tokens
 
 FAR = 0.10  # timeline / model - 1 beyond which a paper-scale point is explained by name
 RECOMPUTATION = {
