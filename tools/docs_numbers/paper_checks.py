@@ -3,7 +3,8 @@ against the analytic model on the fake world's points, against torch's RuntimeEs
 much of TSP's weight traffic hides under compute.
 
 Each function takes the results folder and returns a group of named values (tools.docs_numbers
-.stored says what a value may be); the wording around them is in docs/templates/.
+.stored says what a value may be); the wording around them is in docs/templates/. Seconds come
+from the price list (tspbench.analytic.prices), as the time models' do.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tools.docs_numbers.stored import Part, completed, named, stored_json
+from tspbench.analytic.prices import kernel_overhead_seconds
 from tspbench.analytic.profile_choice import named_profile, record_profile
 from tspbench.core.spec import ModelConfig, Workload
 from tspbench.core.trace import ATTENTION, COMPUTE, ELEMENTWISE, GEMM, load_traces
@@ -88,7 +90,7 @@ def paper_scale(results: Path) -> Values:
     mi300x = record_profile(tsp8)  # the profile the paper-scale points are replayed and predicted on
     fsdp8 = completed(results, "paper_throughput_fake", strategy="fsdp_sp", sp=8, seq_len=16384).iloc[0]
     n_tsp = kernels(results, "paper_throughput_fake", tsp8)
-    launch = n_tsp * mi300x.op_overhead_us * 1e-6
+    launch = kernel_overhead_seconds(mi300x, n_tsp)
     ratio = (parts["timeline_elementwise_s"] / parts["predicted_elementwise_s"]).describe()
     return {
         "table": tables.paper_scale_table(parts, FAR),
