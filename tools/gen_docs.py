@@ -80,6 +80,7 @@ PLACEHOLDER = re.compile(r"{{(\w+)(?:\.(\w+))?}}")
 
 @cache
 def group(name: str) -> Values:
+    """A group's values, computed once however many templates quote them."""
     return GROUPS[name](RESULTS)
 
 
@@ -107,6 +108,8 @@ def as_text(value: Any) -> str:
 
 
 def render(template: Path) -> str:
+    """A template with every ``{{group.name}}`` filled (a KeyError names the placeholder)."""
+
     def lookup(name: str, key: str | None) -> Any:
         if key is None or name not in GROUPS:
             raise KeyError(name)
@@ -116,10 +119,12 @@ def render(template: Path) -> str:
 
 
 def target(template: Path) -> Path:
+    """Where a template renders to: README.md at the root, every other page in docs/."""
     return ROOT / "README.md" if template.name == "README.md" else ROOT / "docs" / template.name
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write every page; with --check, write none and return 1 naming every page that differs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)

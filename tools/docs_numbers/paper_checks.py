@@ -71,6 +71,8 @@ def counted_kernels(row: pd.Series) -> int:
 
 
 def largest_gaps(parts: pd.DataFrame, n: int = 3) -> str:
+    """The ``n`` points where the timeline and the model differ most, each with what the gap is
+    made of, so the docs name the points a reader would look at first."""
     top = (
         parts.reindex(parts["gap"].abs().sort_values(ascending=False).index).drop_duplicates("run_id").head(n)
     )

@@ -24,6 +24,7 @@ MI300X_USABLE_GIB = 192 * 0.95
 
 
 def minutes(seconds: float) -> str:
+    """'1 min 30 s', '39 s': a host timing as a reader compares it with their own."""
     whole = round(seconds)
     return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
 

@@ -24,6 +24,7 @@ from tspbench.report.tables import KIND_NAMES, oncore_worst
 
 
 def by_kind(values: dict[str, float], signed: bool = False) -> Values:
+    """One share per compute kind, keyed as the templates quote them (``{{group.gemm}}`` ...)."""
     return {k: pct(values[k], signed) for k in KINDS}
 
 
@@ -138,6 +139,8 @@ def ordered_pairs(df: pd.DataFrame, column: str) -> tuple[int, int]:
 
 
 def step_summary(df: pd.DataFrame, which: str, limit: float) -> Part:
+    """One time model's sentence on a step-level study (``which``: its error column): median and
+    worst error, the points within ``limit``, and the pairs of points it orders right."""
     errors = df[which].abs()
     right, total = ordered_pairs(
         df, "timeline_step_time_s" if which == "timeline" else "predicted_step_time_s"
