@@ -1,14 +1,19 @@
-"""SP: tokens sharded zigzag over Σ ranks, weights replicated, K/V all-gathered for attention.
+"""SP: tokens sharded zigzag over Σ ranks, weights replicated, K/V exchanged for attention.
 
 Per rank: the whole model; tokens [B, S/Σ] (chunks p and 2Σ-1-p, at their true positions for
-RoPE). Collectives (forward / backward), per layer:
+RoPE). Collectives (forward / backward), per layer, by ``kv_exchange`` (the attention core):
 
-    K, V   all-gather [Σ, B, m, S/Σ, d] -> [B, m, S, d] / reduce-scatter back    (attention core)
+    allgather  K, V all-gather [Σ, B, m, S/Σ, d] -> [B, m, S, d] / reduce-scatter back
+    ring       Σ-1 pass_kv [2, B, m, S/Σ, d] / Σ-1 pass_kv and Σ pass_kv_grads (tspbench.dist.ring)
+    ulysses    exchange_heads [Σ, B, (n+2m)/Σ, S/Σ, d] and [Σ, B, n/Σ, S/Σ, d] / the same two
+               (tspbench.dist.ulysses; n and m must divide by Σ)
 
 Every gradient is all-reduced over (dp, sp) after backward. Selective recomputation re-runs the
 attention core, K/V gather included; full recomputation re-runs the whole block.
 
-Decode (tspbench.dist.decode): the prefill caches each rank's context K/V of every sequence; new
+Decode (tspbench.dist.decode), whatever the exchange: the prefill caches each rank's context K/V
+of every sequence (its own tokens, all heads: the block writes the cache before the core, so a
+Ulysses prefill leaves the same token-sharded cache as the others); new
 tokens are batch-sharded over sp (sequence i on rank i mod Σ); per layer and step the queries
 are all-gathered, every rank attends them to its context shard, and the partials are sent to
 their owners (all-to-all) and merged by log-sum-exp.
@@ -16,12 +21,18 @@ their owners (all-to-all) and merged by log-sum-exp.
 
 from __future__ import annotations
 
+from tspbench.core.errors import LayoutError
+from tspbench.core.spec import Layout, Workload
 from tspbench.costs.elementwise import over_step, recomputed_forwards, zigzag_attention_bytes
 from tspbench.dist.comm import Group
 from tspbench.dist.decode import ShardedDecodeAttention
+from tspbench.dist.ring import RingAttention
+from tspbench.dist.ulysses import UlyssesAttention, heads_problem
 from tspbench.dist.zigzag import ZigzagAttention
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Strategy, Traffic, register
+
+CORES = {"allgather": ZigzagAttention, "ring": RingAttention, "ulysses": UlyssesAttention}
 
 
 def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traffic]:
@@ -35,12 +46,67 @@ def kv_gather_traffic(strategy: Strategy, axis: str, kv_heads: int) -> list[Traf
     return out
 
 
-def zigzag_attention(model: Transformer, group: Group) -> None:
-    """Every layer's attention over tokens sharded zigzag on ``group``: K/V all-gathered for the
-    prefill and training (ZigzagAttention), the sequence-sharded cache for decode
+def kv_exchange_traffic(strategy: Strategy, axis: str, heads: int, kv_heads: int) -> list[Traffic]:
+    """The attention core's collectives over ``axis`` for the workload's ``kv_exchange``
+    (``heads``, ``kv_heads``: the query and K/V heads a rank holds before the exchange)."""
+    exchange = strategy.workload.kv_exchange
+    if exchange == "ring":
+        return ring_traffic(strategy, axis, heads, kv_heads)
+    if exchange == "ulysses":
+        return ulysses_traffic(strategy, axis, heads, kv_heads)
+    return kv_gather_traffic(strategy, axis, kv_heads)
+
+
+def ring_traffic(strategy: Strategy, axis: str, heads: int, kv_heads: int) -> list[Traffic]:
+    """tspbench.dist.ring per layer: Σ-1 K/V passes forward, each under one block of 2C^2 scores
+    (4 FLOPs per score and head dimension: QK^T and PV); in backward Σ-1 K/V passes and Σ dK/dV
+    passes (float32 at least), a pair in flight under each block's backward (2x its forward),
+    the last dK/dV pass (home) exposed."""
+    w, cfg, parts = strategy.workload, strategy.config, strategy.mesh.size(axis)
+    tokens, L = strategy.local_seq, cfg.n_layers
+    per_chunk = strategy.local_batch * tokens * kv_heads * cfg.head_dim
+    kv, grads = 2 * per_chunk * w.element_size, 2 * per_chunk * max(w.element_size, 4)
+    block = 2.0 * strategy.local_batch * tokens * tokens * heads * cfg.head_dim
+    ring = dict(hidden=True, window="ring")
+    out = [Traffic("send_recv", (axis,), kv, (parts - 1) * L, "forward", "core", window_flops=block, **ring)]
+    if w.mode == "train":
+        out += [
+            Traffic("send_recv", (axis,), kv, (parts - 1) * L, "backward", window_flops=2 * block, **ring),
+            Traffic("send_recv", (axis,), grads, (parts - 1) * L, "backward", window_flops=2 * block, **ring),
+            Traffic("send_recv", (axis,), grads, L, "backward"),
+        ]
+    return out
+
+
+def ulysses_traffic(strategy: Strategy, axis: str, heads: int, kv_heads: int) -> list[Traffic]:
+    """tspbench.dist.ulysses per layer: q, k, v to head shards and o back, one all-to-all each
+    way; backward the same two. Message: the local tokens of every head moved, [B, S/Σ, .]."""
+    w, cfg = strategy.workload, strategy.config
+    row = strategy.local_batch * strategy.local_seq * cfg.head_dim * w.element_size
+    L, out = cfg.n_layers, []
+    for phase in ("forward", "backward") if w.mode == "train" else ("forward",):
+        scope = "core" if phase == "forward" else "block"
+        out += [
+            Traffic("all_to_all", (axis,), row * (heads + 2 * kv_heads), L, phase, scope),
+            Traffic("all_to_all", (axis,), row * heads, L, phase, scope),
+        ]
+    return out
+
+
+def check_kv_exchange(layout: Layout, workload: Workload, axis: str, heads: int, kv_heads: int) -> None:
+    """Refuse Ulysses where the heads a rank holds do not split over the sequence degree."""
+    if workload.kv_exchange == "ulysses":
+        problem = heads_problem(heads, kv_heads, layout.degree(axis))
+        if problem:
+            raise LayoutError(f"kv_exchange ulysses: {problem}")
+
+
+def zigzag_attention(model: Transformer, group: Group, exchange: str = "allgather") -> None:
+    """Every layer's attention over tokens sharded zigzag on ``group``: K/V exchanged for the
+    prefill and training by ``exchange`` (CORES), the sequence-sharded cache for decode
     (ShardedDecodeAttention)."""
     for layer in model.layers:
-        layer.attention.core = ZigzagAttention(group)
+        layer.attention.core = CORES[exchange](group)
         layer.attention.cached_core = ShardedDecodeAttention(group)
 
 
@@ -57,13 +123,20 @@ class SequenceParallel(Strategy):
     name = "sp"
     axes = ("sp",)
     sequence_axis = "sp"
-    summary = "sequence parallel: tokens split zigzag, weights replicated, K/V all-gathered"
+    summary = "sequence parallel: tokens split zigzag, weights replicated, K/V exchanged"
+    switches = ("kv_exchange",)
+
+    @classmethod
+    def check(cls, layout: Layout, workload: Workload) -> None:
+        super().check(layout, workload)
+        cfg = workload.model
+        check_kv_exchange(layout, workload, "sp", cfg.n_heads, cfg.n_kv_heads)
 
     def transform(self, model: Transformer) -> None:
-        zigzag_attention(model, self.group("sp"))
+        zigzag_attention(model, self.group("sp"), self.workload.kv_exchange)
 
     def traffic(self) -> list[Traffic]:
-        return kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+        return kv_exchange_traffic(self, "sp", self.config.n_heads, self.config.n_kv_heads)
 
     def elementwise_extra_bytes(self) -> int:
         return zigzag_extra_bytes(self)

@@ -10,7 +10,15 @@ from pathlib import Path
 
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, RECOMPUTE_MODES
-from tspbench.core.spec import PRESETS, SEED_RANGE, Layout, ModelConfig, Workload, recompute_problem
+from tspbench.core.spec import (
+    KV_EXCHANGES,
+    PRESETS,
+    SEED_RANGE,
+    Layout,
+    ModelConfig,
+    Workload,
+    recompute_problem,
+)
 from tspbench.core.units import parse_bytes
 from tspbench.strategy import available, check_layout
 
@@ -115,6 +123,12 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
     p.add_argument("--megatron-sp", action="store_true", help="tp, tp_sp: Megatron sequence parallelism")
     p.add_argument("--no-overlap", action="store_true", help="tsp: blocking communication (same math)")
     p.add_argument(
+        "--kv-exchange",
+        choices=KV_EXCHANGES,
+        default="allgather",
+        help="sp, fsdp_sp, tp_sp: how the sequence axis shares K/V: allgather (default), ring, ulysses",
+    )
+    p.add_argument(
         "--decode-tokens",
         type=positive_int,
         help="--mode decode: greedy steps after the prefill of --seq-len context tokens (>= 1)",
@@ -158,6 +172,7 @@ def layout_and_workload(
         args.megatron_sp,
         not args.no_overlap,
         decode_tokens or 0,
+        getattr(args, "kv_exchange", "allgather"),
     )
     check_layout(layout, workload)
     return layout, workload

@@ -129,6 +129,11 @@ class Layout:
         return asdict(self)
 
 
+# How a sequence-sharded layout's attention sees the other ranks' K/V (tspbench.dist.zigzag,
+# ring, ulysses): every rank gathers the whole sequence's K/V; K/V chunks passed around a ring and
+# the partial attentions merged by log-sum-exp; or an all-to-all from sequence to head shards.
+KV_EXCHANGES = ("allgather", "ring", "ulysses")
+
 # torch's generators take seeds in [-2**63, 2**64 - 1]; the token data is drawn with seed + 1
 # (tspbench.model.reference), so the top one is left out.
 SEED_RANGE = (-(2**63), 2**64 - 2)
@@ -161,6 +166,7 @@ class Workload:
     megatron_sp: bool = False  # tp, tp_sp: Megatron's sequence-parallel norms and residual stream
     overlap: bool = True  # tsp: overlap weight movement with compute
     decode_tokens: int = 0  # decode: greedy steps after the prefill of ``seq_len`` context tokens
+    kv_exchange: str = "allgather"  # sp, fsdp_sp, tp_sp: how the sequence axis shares K/V (KV_EXCHANGES)
 
     def __post_init__(self) -> None:
         checks = [
@@ -168,6 +174,7 @@ class Workload:
             ("recompute", self.recompute, RECOMPUTE_MODES),
             ("dtype", self.dtype, tuple(DTYPE_BYTES)),
             ("device", self.device, DEVICES),
+            ("kv_exchange", self.kv_exchange, KV_EXCHANGES),
         ]
         for key, value, allowed in checks:
             if value not in allowed:

@@ -40,9 +40,10 @@ from tspbench.dist.comm_log import CommLog, CommRecord, counting, current_phase,
 __all__ = [
     "BUS_FACTOR", "CommLog", "CommRecord", "Group", "Pending", "all_gather", "all_reduce",
     "all_to_all", "barrier", "broadcast", "copy_to_group", "counting", "current_phase",
-    "exchange_partials", "gather_from_group", "gather_identity", "gather_queries", "issued_here",
-    "phase", "reduce", "reduce_from_group", "reduce_scatter", "reduce_scatter_to_group", "replay",
-    "ring_shift", "set_tracer", "simulate", "staging", "summarize",
+    "exchange_heads", "exchange_partials", "gather_from_group", "gather_identity", "gather_queries",
+    "issued_here", "pass_kv", "pass_kv_grads", "phase", "reduce", "reduce_from_group",
+    "reduce_scatter", "reduce_scatter_to_group", "replay", "ring_shift", "set_tracer", "simulate",
+    "staging", "summarize",
 ]  # fmt: skip
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
@@ -185,6 +186,30 @@ def replay(records: Sequence[CommRecord], resolve: Callable[[str], Group]) -> No
                 all_reduce(torch.empty(msg, dtype=torch.uint8), group)
 
 
+# ----------------------------------------------------------------------------- ring attention
+
+
+def pass_kv(kv: Tensor, group: Group, async_op: bool = False):
+    """Ring attention (tspbench.dist.ring): this member's K/V chunk to the next, the previous one's in.
+
+    kv [2, B, m, 2C, d] (K and V stacked: one message of 2 B m 2C d elements) -> the same shape.
+    Forward: D - 1 calls per layer, each posted before the block that uses the chunk in hand so
+    the transfer runs under it. Backward (RingAttention's own, not autograd's): K/V are sent
+    round again (D - 1 calls) rather than kept for every step, beside ``pass_kv_grads``.
+    """
+    return ring_shift(kv, group, async_op)
+
+
+def pass_kv_grads(dkv: Tensor, group: Group, async_op: bool = False):
+    """Ring attention's backward: the dK/dV accumulator of the visiting chunk to the next member.
+
+    dkv [2, B, m, 2C, d] in the accumulation dtype (float32 at least: bfloat16 runs send twice
+    the K/V bytes) -> the same. D calls per layer: after D - 1 hops every member has added its
+    part, and the last hop brings each chunk's complete gradient home to its owner.
+    """
+    return ring_shift(dkv, group, async_op)
+
+
 # ----------------------------------------------------------------------------- decode (no autograd)
 
 
@@ -268,6 +293,24 @@ def reduce_scatter_to_group(x: Tensor, group: Group, dim: int | None = None) -> 
     if group.size == 1:
         return x[0] if dim is None else x
     return _Conjugate.apply(x, group, dim, reduce_scatter, all_gather)
+
+
+def _swap(x: Tensor, group: Group, dim: int | None) -> Tensor:
+    return all_to_all(x, group)
+
+
+def exchange_heads(x: Tensor, group: Group) -> Tensor:
+    """Forward all-to-all, backward all-to-all (its own inverse). x [n, *] -> [n, *].
+
+    Ulysses (tspbench.dist.ulysses): slice i of x is what member i needs (its heads of this
+    member's tokens, or this member's heads of its tokens); slice j of the result came from
+    member j. The gradient of slice j goes back to member j by the same exchange.
+    Sequence -> head shards: [n, B, H/n, S/n, d] out, every member's tokens of my heads in;
+    head -> sequence shards after attention: the reverse.
+    """
+    if group.size == 1:
+        return x
+    return _Conjugate.apply(x, group, None, _swap, _swap)
 
 
 def gather_identity(x: Tensor, dim: int | None) -> Tensor:

@@ -61,6 +61,16 @@ def zigzag_stack(full: Tensor, parts: int, dim: int) -> Tensor:
     return out
 
 
+def zigzag_split(full: Tensor, parts: int, dim: int) -> Tensor:
+    """zigzag_stack under autograd: [.., S, ..] -> [D, .., 2C, ..]; backward zigzag_unshard.
+
+    Ulysses' output (tspbench.dist.ulysses): the whole sequence of this rank's heads cut back
+    into every rank's tokens before the all-to-all returns them."""
+    if parts == 1:
+        return full.unsqueeze(0)
+    return _ZigzagSplit.apply(full, parts, dim)
+
+
 def _unshard(stacked: Tensor, dim: int) -> Tensor:
     """zigzag_unshard's forward: the chunks are unbind views of the pieces, joined by one cat."""
     c = stacked.shape[dim + 1] // 2
@@ -85,6 +95,19 @@ class _ZigzagUnshard(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         return zigzag_stack(grad, ctx.parts, ctx.dim), None
+
+
+class _ZigzagSplit(torch.autograd.Function):
+    """Forward zigzag_stack (one copy), backward _unshard (one copy)."""
+
+    @staticmethod
+    def forward(ctx, full: Tensor, parts: int, dim: int) -> Tensor:
+        ctx.dim = dim
+        return zigzag_stack(full, parts, dim)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        return _unshard(grad, ctx.dim), None, None
 
 
 def zigzag_causal_attention(q: Tensor, keys: Tensor, values: Tensor, parts: int, index: int) -> Tensor:

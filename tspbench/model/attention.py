@@ -322,6 +322,18 @@ def merge_partials(o: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
     return (upcast(o) * weights).sum(dim=0), total
 
 
+def merge_pair(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    """Two partial attentions over disjoint keys merged: o [*, d] (float32 at least), lse [*].
+
+    The ring's step merge (tspbench.dist.ring), the same identity as ``LowerRightCausal``'s:
+    lse = log(e^lse1 + e^lse2), o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2. Out of place, so
+    kernel outputs kept for op-level recomputation are never written.
+    """
+    lse = torch.logaddexp(lse1, lse2)
+    w1, w2 = (lse1 - lse).exp().unsqueeze(-1), (lse2 - lse).exp().unsqueeze(-1)
+    return upcast(o1) * w1 + upcast(o2) * w2, lse
+
+
 ONE_QUERY_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -73,6 +73,7 @@ def get_strategy(name: str) -> type[Strategy]:
 SWITCHES = {
     "megatron_sp": "megatron_sp (--megatron-sp) shards the residual stream over a tensor-parallel axis",
     "overlap": "overlap: false (--no-overlap) makes TSP's weight transfers blocking",
+    "kv_exchange": "kv_exchange (--kv-exchange) sets how a sequence axis exchanges K/V",
 }
 
 
@@ -87,9 +88,12 @@ def check_layout(layout: Layout, workload: Workload) -> type[Strategy]:
 def check_switches(cls: type[Strategy], workload: Workload) -> None:
     """Refuse a switch the strategy ignores (``Strategy.switches``): ``--megatron-sp`` on sp would
     run plain sp under a label that says otherwise."""
-    used = [
-        name for name, on in (("megatron_sp", workload.megatron_sp), ("overlap", not workload.overlap)) if on
-    ]
+    switched = (
+        ("megatron_sp", workload.megatron_sp),
+        ("overlap", not workload.overlap),
+        ("kv_exchange", workload.kv_exchange != "allgather"),
+    )
+    used = [name for name, on in switched if on]
     for switch in used:
         if switch not in cls.switches:
             takers = ", ".join(s.name for s in iter_strategies() if switch in s.switches)

@@ -44,7 +44,7 @@ from tspbench.core.schema import (
     join_path,
     unknown_key,
 )
-from tspbench.core.spec import PRESETS, SEED_RANGE, ModelConfig
+from tspbench.core.spec import KV_EXCHANGES, PRESETS, SEED_RANGE, ModelConfig
 from tspbench.core.units import parse_bytes
 from tspbench.core.yamlfile import read_yaml
 from tspbench.strategy import available
@@ -62,6 +62,7 @@ SETTINGS = {
     "device": Field(STR, "cpu", DEVICES),
     "megatron_sp": Field(BOOL, False),
     "overlap": Field(BOOL, True),
+    "kv_exchange": Field(STR, "allgather", KV_EXCHANGES),  # sp, fsdp_sp, tp_sp: ring, ulysses
     "decode_tokens": Field(INT, 0, minimum=0),  # mode decode: greedy steps after the prefill (>= 1)
     "seed": Field(INT, 0, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),  # what torch generators take
     "capacity": Field((str, int), None, nullable=True),  # simulated device memory on CPU: "256MiB"

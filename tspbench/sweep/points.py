@@ -124,6 +124,8 @@ def _resolve(exp: Experiment, choice: dict[str, Any], method: str, hardware: str
         else:
             settings[key] = value
     capacity = check_capacity(settings.pop("capacity"), "settings.capacity")
+    if settings.get("kv_exchange") == "allgather":  # the default: stored run ids stay as they were
+        del settings["kv_exchange"]
     config: dict[str, Any] = {
         "method": method,
         "layout": layout,
