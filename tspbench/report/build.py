@@ -16,7 +16,6 @@ bars.py (bars and parity) draw from it. No torch is needed.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from tspbench.core.files import write_atomic
 from tspbench.report import bars, decode, figures, gantt
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
+from tspbench.report.outdir import claim, record_written, remove_stale
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
 from tspbench.sweep.damage import RunFiles
@@ -61,17 +61,21 @@ def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
     a results root (into ``out_dir/<experiment>/``, with an index linking them)."""
     results_dir = results_folder(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
+    claim(out_dir)  # before anything is written: never into a folder holding someone else's files
     if is_experiment(results_dir):
         return readable_report(results_dir, out_dir)
     experiments = sorted(p for p in results_dir.iterdir() if p.is_dir() and is_experiment(p))
     if not experiments:
         raise FileNotFoundError(f"{results_dir}: no stored runs (no <run>/point.json here or one level down)")
+    for p in experiments:
+        claim(out_dir / p.name)
     children = [readable_report(p, out_dir / p.name) for p in experiments]
     lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
     gpu, damaged = write_gpu_runs(results_dir, out_dir)
     if gpu is not None:
         lines.append(f"- [measured on a lent GPU]({gpu.name})")
     write_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
+    record_written(out_dir, [out_dir / "report.md", *([gpu] if gpu else []), *(c.out_dir for c in children)])
     damaged += [d for c in children for d in c.damaged]
     return ReportOutputs(out_dir, out_dir / "report.md", experiments=children, damaged=damaged)
 
@@ -133,7 +137,9 @@ FIGURES = (
 
 def report_experiment(frame: pd.DataFrame, out_dir: Path, runs: Path | None = None) -> ReportOutputs:
     """The report of one experiment's records; ``runs``: the folder they were loaded from (its run
-    folders hold the step traces the Gantt figure replays: without it, that figure is skipped)."""
+    folders hold the step traces the Gantt figure replays: without it, that figure is skipped).
+    Only into a folder the report owns (tspbench.report.outdir), deleting only what it wrote."""
+    claim(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = prepare(with_run_dirs(frame, runs))
     outputs = ReportOutputs(out_dir, out_dir / "report.md")
@@ -150,11 +156,12 @@ def report_experiment(frame: pd.DataFrame, out_dir: Path, runs: Path | None = No
         if fig is None:
             if spec.mode is None or (df["mode"] == spec.mode).any():
                 outputs.skipped[spec.name] = spec.why_not
-            for ext in ("png", "svg"):  # a figure the records no longer support must not linger
-                with contextlib.suppress(FileNotFoundError):
-                    (out_dir / f"{spec.name}.{ext}").unlink()
+            # a figure the records no longer support must not linger (if this report wrote it)
+            remove_stale(out_dir, [f"{spec.name}.{ext}" for ext in ("png", "svg")])
     outputs.damaged += ctx.damaged
     write_atomic(outputs.index, index_text(df, ctx, outputs))
+    figures = [p for paths in outputs.figures.values() for p in paths]
+    record_written(out_dir, [*outputs.tables, *figures, outputs.index])
     return outputs
 
 
