@@ -29,7 +29,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tspbench.cli import analytic, backtest, check, decode, measure, replay, report, sweep
+    from tspbench.cli import analytic, backtest, check, decode, measure, replay, report, sensitivity, sweep
 
     parser = OneLineParser(
         prog="tspbench",
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_commands(sub)  # env, validate, bench, gpu-check
     analytic.add_commands(sub)  # predict, plan, calibrate
     decode.add_commands(sub)  # plan-decode
+    sensitivity.add_commands(sub)  # sensitivity
     sweep.add_commands(sub)  # run, status
     report.add_commands(sub)  # report
     backtest.add_commands(sub)  # backtest
