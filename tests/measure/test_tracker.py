@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from tspbench.core.spec import ModelConfig, Workload
+from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.memory_report import allocator_report
 from tspbench.measure.storages import persistent_bytes
 from tspbench.measure.tracker import MemoryTracker, tracked
@@ -298,19 +298,61 @@ def test_register_model_categories() -> None:
     model = nn.Linear(16, 8, bias=True)  # 128 + 8 floats = 544 B
     opt = torch.optim.AdamW(model.parameters(), foreach=False)
     model(torch.ones(2, 16)).sum().backward()
-    opt.step()  # exp_avg and exp_avg_sq: 2 x 544 B (the 0-dim step counters are not counted)
+    opt.step()  # exp_avg and exp_avg_sq: 2 x 544 B, and a 0-dim float32 step per parameter: 2 x 4 B
     with tracked(model, opt) as t:
         pass
     assert t.totals == {
         "parameters": 544,
         "gradients": 544,
-        "optimizer": 1088,
+        "optimizer": 1096,
         "activations": 0,
         "kv_cache": 0,
         "other": 0,
     }
-    assert t.peak == 544 * 4
-    assert persistent_bytes(model, opt) == {"parameters": 544, "gradients": 544, "optimizer": 1088}
+    assert t.peak == 544 * 4 + 8
+    assert persistent_bytes(model, opt) == {"parameters": 544, "gradients": 544, "optimizer": 1096}
+
+
+def _fake_world_and_mem_tracker(layout: Layout, workload: Workload) -> tuple[int, int, int]:
+    """One rank's step under fake tensors measured twice, as the fake world measures it
+    (tspbench.measure.fake: the optimizer state made first, then ``measured_step``) and by torch's
+    own MemTracker, told of the same state beforehand (model, optimizer, the strategy's resident
+    tensors, the batch); and the bytes of AdamW's 0-dim ``step`` tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from tspbench.measure.fake import create_optimizer_state, fake_device
+    from tspbench.measure.runner import RankRun
+
+    with FakeTensorMode():
+        run = RankRun(layout, workload, fake_device(workload))
+        create_optimizer_state(run)
+        ours = run.measured_step().memory.peak_bytes
+        run.optimizer.zero_grad(set_to_none=True)  # as create_optimizer_state left it
+        torch_tracker = MemTracker()
+        batch = (run.batch.tokens, run.batch.targets, run.batch.positions)
+        torch_tracker.track_external(run.model, run.optimizer, *run.strategy.resident_tensors(), *batch)
+        with torch_tracker:
+            run.step()
+        (theirs,) = (snap["Total"] for snap in torch_tracker.get_tracker_snapshot("peak").values())
+        steps = [s["step"] for s in run.optimizer.state.values()]
+        step_bytes = sum(t.untyped_storage().nbytes() for t in steps if t.dim() == 0)
+    return ours, theirs, step_bytes
+
+
+@pytest.mark.slow
+def test_fake_world_peak_is_torch_mem_tracker_s_on_an_fsdp2_step() -> None:
+    """On an FSDP2 (fully_shard) training step of 2 ranks under fake tensors, the fake world's
+    peak equals torch's MemTracker's to the byte, AdamW's 0-dim ``step`` tensors included (4 B
+    each on CPU, one per parameter: the tracker once left them out). The expected number is
+    torch's tracker's, independent of this code."""
+    from tspbench.dist.fake_world import run_fake_ranks
+
+    layout, workload = Layout("fsdp", fsdp=2), Workload(ModelConfig.preset("tiny"), 1, 256, dtype="float32")
+    ranks = run_fake_ranks(_fake_world_and_mem_tracker, range(2), 2, layout, workload)
+    for ours, theirs, step_bytes in ranks:
+        assert step_bytes > 0  # what used to be missed is there to count
+        assert ours == theirs, (ours, theirs, step_bytes)
 
 
 def test_capacity_raises_torch_out_of_memory_exactly_above_it() -> None:
@@ -398,7 +440,6 @@ def test_storages_made_in_another_thread_are_not_seen() -> None:
 def test_bench_records_the_spread_of_per_step_peaks() -> None:
     """Per tracked step the max over ranks; the record's peak is the median step's (its breakdown
     too), with min, max and every step's peak beside it."""
-    from tspbench.core.spec import Layout
     from tspbench.measure.bench import measurement_record
     from tspbench.measure.memory_report import MemoryReport
 

@@ -50,9 +50,17 @@ def written_tensors(func, args: tuple, kwargs: dict | None) -> list[Tensor]:
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    """Every tensor of the optimizer's state on its parameter's device, the float32 master
+    weights of tspbench.model.optim.MasterAdamW included.
+
+    0-dim tensors count too: torch AdamW keeps a ``step`` scalar per parameter (4 B each here,
+    a 512 B block each on CUDA with the fused optimizer), as torch's MemTracker counts it. A state
+    tensor on another device than its parameter (an unfused AdamW's CPU ``step`` of a CUDA
+    parameter) is host memory, not the device's.
+    """
     tensors: list[Tensor] = []
-    for state in optimizer.state.values():
-        tensors.extend(v for v in state.values() if isinstance(v, Tensor) and v.dim() > 0)
+    for param, state in optimizer.state.items():
+        tensors.extend(v for v in state.values() if isinstance(v, Tensor) and v.device == param.device)
     master = getattr(optimizer, "master_params", None)
     if master:
         tensors.extend(master)
