@@ -14,7 +14,7 @@ backend documents alike (no mask, or a causal square: a chunk at an offset is sp
 key prefix and a square, tests/model/test_model.py checks the split's values on CPU); the
 collectives equal the strategy's analytic count; parameters are bf16 and the optimizer keeps
 float32 master weights and moments (12 bytes per parameter), except FSDP2's float32 shards (4
-bytes) with float32 moments (8 bytes).
+bytes) with float32 moments (8 bytes) and torch AdamW's 0-dim step (4 bytes a parameter tensor).
 """
 
 from __future__ import annotations
@@ -190,20 +190,21 @@ def test_cuda_path_bf16_every_strategy(world: int) -> None:
                     failures.append(f"{where}: no query chunk at an offset reached the flash kernel")
                 if summarize(r["comm"]) != summarize(cls.comm_volume(layout, workload)):
                     failures.append(f"{where}: comm {summarize(r['comm'])} != analytic")
-                params = sum(
-                    math.prod(shape)
-                    for shape, _ in cls.for_analysis(layout, workload).local_parameters().values()
-                )
+                local = cls.for_analysis(layout, workload).local_parameters().values()
+                params = sum(math.prod(shape) for shape, _ in local)
                 # bf16 weights with float32 master copies and moments in the optimizer (2 + 12 B),
                 # except under FSDP2, whose shards stay float32 (the masters; bf16 only gathered)
-                per_param, per_state = (4, 8) if layout.strategy.startswith("fsdp") else (2, 12)
+                # and whose torch AdamW also keeps a 0-dim float32 step per parameter (4 B)
+                fsdp = layout.strategy.startswith("fsdp")
+                per_param, per_state = (4, 8) if fsdp else (2, 12)
+                optimizer = per_state * params + (4 * len(local) if fsdp else 0)
                 state = r["state"]
                 if state["parameters"] != per_param * params:
                     failures.append(
                         f"{where}: parameters {state['parameters']} B != {per_param} B x {params}"
                     )
-                if workload.mode == "train" and state["optimizer"] != per_state * params:
-                    failures.append(f"{where}: optimizer {state['optimizer']} B != {per_state} B x {params}")
+                if workload.mode == "train" and state["optimizer"] != optimizer:
+                    failures.append(f"{where}: optimizer {state['optimizer']} B != {optimizer} B")
                 if r["memory"].method != "fake":
                     failures.append(f"{where}: memory method {r['memory'].method}")
     assert not failures, "\n".join(failures)
