@@ -28,7 +28,10 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} has no name")
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"strategy {cls.name!r} is already registered by {_REGISTRY[cls.name].__module__}")
+        taken = _REGISTRY[cls.name].__module__
+        raise ValueError(
+            f"strategy {cls.name!r} is already registered by {taken}; known: {', '.join(sorted(_REGISTRY))}"
+        )
     _REGISTRY[cls.name] = cls
     return cls
 
