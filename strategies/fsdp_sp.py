@@ -5,7 +5,9 @@ rank holds 1/D of every parameter, gradient and optimizer state (as strategies/f
 all-gathered at a time) and 1/D of the tokens (zigzag chunks p and 2D-1-p, as strategies/sp.py),
 and attention all-gathers K and V over the sequence (tspbench.dist.zigzag.ZigzagAttention: an
 all-gather context parallel, so a rank holds the whole sequence's K/V of every head of one
-layer at a time). With ``--dp``: HSDP, replicas over dp.
+layer at a time), or with ``kv_exchange`` ring passes K/V chunks round (two in hand at most,
+tspbench.dist.ring) or ulysses all-to-alls to head shards (tspbench.dist.ulysses), as sp.
+With ``--dp``: HSDP, replicas over dp.
 
 Collectives per step: fsdp's over the sp group (weights gathered, gradients reduce-scattered),
 sp's K/V all-gathers in forward and their reduce-scatters in backward, the loss all-reduce.
@@ -17,8 +19,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tspbench.strategies.fsdp import BLOCK_WINDOW, FullyShardedDataParallel
-from tspbench.strategies.sp import kv_gather_traffic, zigzag_attention, zigzag_extra_bytes
+from tspbench.strategies.sp import (
+    check_kv_exchange,
+    kv_exchange_traffic,
+    zigzag_attention,
+    zigzag_extra_bytes,
+)
 
+from tspbench.core.spec import Layout, Workload
 from tspbench.costs.flops import ForwardFlops, qkv_gemm_flops
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
@@ -32,10 +40,17 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
     sequence_axis = "sp"
     weight_axes = ("sp",)
     shard_axis = "sp"
-    summary = "FSDP2 and sequence parallel on one axis: 1/D of the weights and of the tokens, K/V gathered"
+    summary = "FSDP2 and sequence parallel on one axis: 1/D of the weights and of the tokens, K/V exchanged"
+    switches = ("kv_exchange",)
+
+    @classmethod
+    def check(cls, layout: Layout, workload: Workload) -> None:
+        super().check(layout, workload)
+        cfg = workload.model
+        check_kv_exchange(layout, workload, "sp", cfg.n_heads, cfg.n_kv_heads)
 
     def transform(self, model: Transformer) -> None:
-        zigzag_attention(model, self.group("sp"))
+        zigzag_attention(model, self.group("sp"), self.workload.kv_exchange)
 
     def traffic(self) -> list[Traffic]:
         """FSDP's and the K/V gathers. A K/V gather recomputed in backward waits on the link
@@ -44,7 +59,7 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
         the k projection alone (op: the recompute runs as the block's backward begins, and of
         the three only wk's output is not kept), or the MLP's and the output projection's
         backward (selective)."""
-        kv = kv_gather_traffic(self, "sp", self.config.n_kv_heads)
+        kv = kv_exchange_traffic(self, "sp", self.config.n_heads, self.config.n_kv_heads)
         s = self.shapes()
         f, qkv = ForwardFlops.of(s), qkv_gemm_flops(s)
         before = {"full": qkv, "op": qkv * s.kv / (s.q + 2 * s.kv)}.get(
