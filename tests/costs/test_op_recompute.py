@@ -1,5 +1,7 @@
-"""Op-level selective recomputation (torchtitan's policy, tspbench.model.recompute) in the fake
-world and in the analytic model.
+"""Op-level selective recomputation (torchtitan's policy, tspbench.model.recompute): its analytic
+terms (tspbench.costs.memory.op_saved, tspbench.costs.flops.op_recomputed_gemm) against the policy
+derived by hand, the fake world against the same derivation, and the analytic model against the
+fake world.
 
 What a block keeps is derived here from the policy and the model's shapes alone: the block input,
 the outputs of the 1st, 3rd, 5th and 7th mm of its forward (wq, wk, wv, wo, w1, w3, w2 in call
@@ -16,6 +18,8 @@ import pytest
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.costs.flops import op_recomputed_gemm
+from tspbench.costs.memory import Shapes, block_mm_calls, op_saved
 from tspbench.dist.fake_world import FakeWorld
 from tspbench.measure.fake import fake_bench
 
@@ -47,6 +51,23 @@ def kept_per_layer(cfg: ModelConfig, batch: int, seq: int, elt: int) -> int:
     tokens, q, kv = batch * seq, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     widths = cfg.hidden + q + kv + cfg.ffn_hidden + cfg.hidden + q
     return tokens * widths * elt + batch * cfg.n_heads * seq * max(elt, 4)
+
+
+def whole_model_shapes(cfg: ModelConfig, batch: int, seq: int, elt: int) -> Shapes:
+    """One rank holding the whole model and every token (dp's)."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    widths = (cfg.hidden, q, kv, cfg.ffn_hidden, cfg.vocab_size, cfg.n_heads)
+    return Shapes(batch, seq, seq, seq, *widths, kv_parts=1, elt=elt, layers=cfg.n_layers)
+
+
+@pytest.mark.parametrize("elt", [4, 2])
+def test_the_cost_terms_are_the_policy_by_hand(elt: int) -> None:
+    """What a block keeps (op_saved) and the GEMMs its recompute re-runs (wk, wo, w3)."""
+    s = whole_model_shapes(SMALL, 1, SEQ, elt)
+    assert op_saved(s) == kept_per_layer(SMALL, 1, SEQ, elt)
+    h, kv, f = SMALL.hidden, SMALL.n_kv_heads * SMALL.head_dim, SMALL.ffn_hidden
+    q = SMALL.n_heads * SMALL.head_dim
+    assert op_recomputed_gemm(s, block_mm_calls(s)) == 2 * SEQ * (h * kv + q * h + h * f)
 
 
 @pytest.mark.parametrize(("dtype", "device"), [("float32", "cpu"), ("bfloat16", "cuda")])
