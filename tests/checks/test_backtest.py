@@ -17,15 +17,9 @@ import yaml
 from tspbench.analytic.hardware import find_profile, load_hardware
 from tspbench.analytic.predict import predict
 from tspbench.analytic.timeline import timeline
-from tspbench.checks.backtest import (
-    FITTED_KEYS,
-    HOPPER_MEASURED,
-    PROFILE_KINDS,
-    backtest_rows,
-    calibrated_profile,
-    fit_profiles,
-    summarize,
-)
+from tspbench.checks.backtest import HOPPER_MEASURED, PROFILE_KINDS, backtest_rows
+from tspbench.checks.backtest_fit import FITTED_KEYS, calibrated_profile, fit_profiles
+from tspbench.checks.backtest_score import summarize
 from tspbench.checks.published import fake_record_path, load_published, read_fake_record
 from tspbench.cli.main import main
 from tspbench.core.errors import ExperimentError

@@ -1,7 +1,9 @@
 """The models' checks: each holds the analytic model or the timeline against something outside
 them and writes its results folder. ``tspbench check NAME`` runs any of them (tspbench.cli.check).
 
-    backtest.py, published.py, published_fake.py   published GPU runs predicted (results/published/)
+    backtest.py, published.py, published_fake.py   published GPU runs predicted (results/published/),
+                         with their errors by sample (backtest_score.py) and the calibrated
+                         profiles' fit (backtest_fit.py)
     timeline_ops.py      op level: replayed compute by kind against torch.profiler
     torch_estimator.py   the timeline against torch's RuntimeEstimator on the same fake step
     overlap.py           how much of TSP's weight traffic hides behind its GEMMs, measured

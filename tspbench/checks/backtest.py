@@ -1,5 +1,5 @@
-"""The backtest: every published run of the test set (tspbench.checks.published) predicted with
-three profiles of its hardware, and how far off the project is.
+"""The backtest's rows: every published run of the test set (tspbench.checks.published)
+predicted with three profiles of its hardware, and how far off the project is.
 
 For each entry and each profile:
 
@@ -20,40 +20,34 @@ The three profiles (``PROFILE_KINDS``):
                  SMs) at a stated ratio, the 500 W limit an assumption on the GEMM rate; nothing
                  fitted, every entry out of sample (``HOPPER_MEASURED``: published.yaml names the
                  other two)
-    calibrated   the Hopper-measured profile with the figures of ``FITTED_KEYS`` set from the
-                 entries marked ``calibration`` (``calibrated_compile`` under torch.compile) and
-                 scored on the ``test`` entries; only figures a measurement on the GPU could set
-                 (calibrate measures element-wise passes), each naming its entries.
-                 ``fit_profiles`` is the fit, ``calibrated_profile`` writes the profile from it
-                 (``tspbench check backtest --fit --write``)
+    calibrated   the Hopper-measured profile with one figure fitted to the entries marked
+                 ``calibration`` and scored on the ``test`` entries (the fit and the profile
+                 written from it: tspbench.checks.backtest_fit)
 
 Neither the shipped nor the Hopper-measured profile models torch.compile (nothing measured a
 compiled step), so a compiled entry has a calibrated prediction only. Where both the
 Hopper-measured and the calibrated profile predict an entry, the row names the terms that differ
 and by how much (``differing_terms``), and whether the two disagree by more than ``DISAGREE``.
+The errors by sample, in and out: tspbench.checks.backtest_score.
 
 Time comes from one function, ``predict_point``: swap the time model there and every column
-follows.
+follows (the fit prices through it too).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from tspbench.analytic import prices
-from tspbench.analytic.hardware import Hardware, find_profile
+from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.profile_choice import named_profile
 from tspbench.analytic.replayed import reprice
 from tspbench.analytic.timing import ranks_per_node
 from tspbench.checks.published import Entry, Published, fake_record_path, read_fake_record
-from tspbench.core.errors import DamagedFileError, ExperimentError
+from tspbench.core.errors import DamagedFileError
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.trace import load_traces
 from tspbench.costs.kernels import step_kernels
@@ -65,9 +59,6 @@ PROFILE_KINDS = ("assumed", "measured", "calibrated")
 # published hardware -> its Hopper-measured profile (published.yaml's ``profiles`` names the
 # shipped and the calibrated ones)
 HOPPER_MEASURED = {"h100-96gb-500w": "h100-96gb-500w-hopper-measured"}
-# what a calibrated profile may set from the calibration entries: figures calibrate measures on
-# a GPU (the element-wise passes of a training step), nothing else
-FITTED_KEYS = ("elementwise_passes.train",)
 DISAGREE = 0.10  # calibrated vs Hopper-measured tokens/s: beyond it, the two disagree
 TERMS = ("GEMM", "attention", "element-wise", "launch", "exposed comm")
 
@@ -312,144 +303,3 @@ def source_text(e: Entry) -> str:
     s = e.source
     where = f"{s['repo']} {s['path']}" if s["repo"] else s["paper"]
     return f"{where}, {s['where']}"
-
-
-# ----------------------------------------------------------------------------- errors by role
-
-
-@dataclass(frozen=True)
-class ErrorSummary:
-    """Errors of one profile kind over one group of entries."""
-
-    kind: str  # a PROFILE_KINDS (the analytic model's time), or timeline (on the shipped profile)
-    sample: str  # "in-sample" (calibration entries, calibrated profile) or "out-of-sample"
-    ids: list[str]
-    errors: list[float]
-
-    @property
-    def median_abs(self) -> float | None:
-        return statistics.median(abs(x) for x in self.errors) if self.errors else None
-
-    @property
-    def worst(self) -> float | None:
-        return max(self.errors, key=abs) if self.errors else None
-
-
-def summarize(rows: list[dict[str, Any]]) -> list[ErrorSummary]:
-    """Throughput errors in and out of sample: the shipped and the Hopper-measured profiles
-    fitted nothing, so all their entries are out of sample; the calibrated ones are in sample on
-    the calibration entries only."""
-    out = []
-    for kind in PROFILE_KINDS:
-        fitted = kind == "calibrated"
-        groups = {"in-sample": "calibration", "out-of-sample": "test"} if fitted else {"out-of-sample": None}
-        for sample, role in groups.items():
-            scored = [r for r in rows if r.get(f"{kind}_error") is not None and role in (None, r["role"])]
-            out.append(
-                ErrorSummary(kind, sample, [r["id"] for r in scored], [r[f"{kind}_error"] for r in scored])
-            )
-    # the timeline on the shipped profiles: nothing of it was fitted to these runs
-    timed = [r for r in rows if r.get("assumed_timeline_error") is not None]
-    out.append(
-        ErrorSummary(
-            "timeline",
-            "out-of-sample",
-            [r["id"] for r in timed],
-            [r["assumed_timeline_error"] for r in timed],
-        )
-    )
-    return out
-
-
-# ----------------------------------------------------------------------------- the fit
-
-
-def with_train_passes(hw: Hardware, passes: float) -> Hardware:
-    return replace(hw, elementwise_passes={**hw.elementwise_passes, "train": passes})
-
-
-def fit_passes(entry: Entry, hw: Hardware, lo: float = 0.5, hi: float = 1000.0) -> float:
-    """The element-wise passes per training step (``FITTED_KEYS``: the only number a calibrated
-    profile changes) at which ``hw`` predicts ``entry``'s published tokens/s/GPU. Predicted
-    throughput falls as the passes grow, so bisection finds it."""
-    layout, workload = entry.point()
-    target = entry.measured["tokens_per_s_per_gpu"]
-    tokens = tokens_per_gpu_per_step(layout, workload)
-
-    def tps(passes: float) -> float:
-        return tokens / predict_point(layout, workload, with_train_passes(hw, passes)).step_time_s
-
-    if not tps(hi) <= target <= tps(lo):
-        raise ValueError(f"{entry.id}: no element-wise passes in [{lo}, {hi}] reach {target} tokens/s/GPU")
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if tps(mid) > target else (lo, mid)
-    return (lo + hi) / 2
-
-
-def fit_profiles(published: Published) -> dict[str, dict[str, Any]]:
-    """Per profile to calibrate: the passes each calibration entry implies on its hardware's
-    Hopper-measured profile, their median (the number the calibrated profile holds), and the
-    entries by id."""
-    fits: dict[str, dict[str, Any]] = {}
-    for e in published.predicted():
-        if e.role != "calibration":
-            continue
-        key = e.hardware["profile"]
-        names = published.profiles[key]
-        target = names["calibrated_compile"] if e.compile else names["calibrated"]
-        if key not in HOPPER_MEASURED:
-            raise ExperimentError(f"{published.path}: {e.id}: no Hopper-measured profile of {key} to fit on")
-        try:
-            passes = fit_passes(e, named_profile(HOPPER_MEASURED[key]))
-        except ValueError as exc:
-            raise ExperimentError(f"{published.path}: {exc}") from None
-        fit = fits.setdefault(target, {"from": HOPPER_MEASURED[key], "entries": {}, "described": {}})
-        fit["entries"][e.id] = passes
-        fit["described"][e.id] = _described(e)
-    for fit in fits.values():
-        fit["train_passes"] = statistics.median(fit["entries"].values())
-    return fits
-
-
-def _described(e: Entry) -> str:
-    """'tt-8b-fsdp128 (FSDP 128, eager; 5,605 tokens/s/GPU, benchmarks/llama3_h100_202412_torchtitan.md)'."""
-    run = "torch.compile" if e.compile else "eager"
-    tps = e.measured["tokens_per_s_per_gpu"]
-    where = e.source["path"] or e.source["paper"]
-    return f"{e.id} ({e.published_layout}, {run}; {tps:,.0f} tokens/s/GPU, {where})"
-
-
-def calibrated_profile(name: str, fit: dict[str, Any]) -> str:
-    """The calibrated profile ``name`` as YAML: the Hopper-measured profile it was fitted on,
-    every figure and provenance as there, but for the ``FITTED_KEYS`` (the training step's
-    element-wise passes, 2 decimals), whose provenance names the entries that set them."""
-    base = yaml.safe_load(find_profile(fit["from"]).read_text())
-    passes = round(fit["train_passes"], 2)
-    entries = "; ".join(f"{fit['described'][i]}: {v:.2f}" for i, v in fit["entries"].items())
-    carried = {k: v for k, v in base["elementwise_passes"].items() if k != "train"}
-    data = {
-        **base,
-        "name": name,
-        "description": (
-            f"{fit['from']} with one figure set from published runs: the element-wise passes of a "
-            f"training step ({passes}), fitted to the calibration entries {', '.join(fit['entries'])} "
-            "(results/published/published.yaml). A figure calibrate measures on a GPU (the "
-            "element-wise device time of the step that runs, as passes over its bytes), not a free "
-            "factor; every other figure is the Hopper-measured profile's. Score it on the test entries only."
-        ),
-        "elementwise_passes": {**base["elementwise_passes"], "train": passes},
-        "provenance": {
-            **base["provenance"],
-            "elementwise_passes": (
-                f"fitted (to published runs, not measured here): train {passes}, the median of what "
-                f"each calibration entry gives on {fit['from']}: {entries} (tspbench check backtest "
-                f"--fit); the rest ({', '.join(f'{k} {v}' for k, v in carried.items())}) carried as "
-                f"{fit['from']}. Measurable: the element-wise device time of the step torchtitan "
-                "runs (its op-level recomputation; its fused kernels under torch.compile) over that "
-                "step's bytes"
-            ),
-        },
-    }
-    head = f"# Written by tspbench check backtest --fit --write from {fit['from']}.yaml: edit that.\n"
-    return head + yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)

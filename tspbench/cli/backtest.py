@@ -54,7 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_backtest(args: argparse.Namespace) -> int:
     from tspbench.analytic.hardware import find_profile
     from tspbench.analytic.profile_choice import named_profile
-    from tspbench.checks.backtest import backtest_rows, calibrated_profile, fit_profiles, summarize
+    from tspbench.checks.backtest import backtest_rows
+    from tspbench.checks.backtest_fit import calibrated_profile, fit_profiles
+    from tspbench.checks.backtest_score import summarize
     from tspbench.checks.published import load_published
 
     published = load_published(args.file)
