@@ -1,6 +1,8 @@
 """The price list: what one op costs on a hardware profile (tspbench.analytic.hardware). The three
 time models - the closed form (timing.py), the timeline (timeline.py) and decode (decode.py) -
-price every op here and nowhere else, so a price changes in one place.
+price every op here and nowhere else, so a price changes in one place; so do the figures and
+checks that turn work into seconds (the timeline's Gantt chart, gpu-check's decode floor).
+tests/project/test_prices_only.py finds any conversion of work into seconds elsewhere.
 
     GEMM          max(FLOPs / rate, bytes / HBM bandwidth) (a roofline; bytes 0: compute only)
                   rate: the step's GEMM rate (``step_gemm_rate``: as calibrate's profiled step
@@ -12,12 +14,14 @@ price every op here and nowhere else, so a price changes in one place.
     element-wise  bytes / bandwidth: HBM's, or, named by its op, the rate the profile measured
                   for that op (``elementwise_by_op``; "*": every other op)
     at a share    (kernel seconds + per-op overhead) / the rank's share of its device
+    memory        bytes / bandwidth (``memory_seconds``): the roofline's memory side, the
+                  element-wise ops, and a step's floor where it must read them (decode)
     per kernel    ``op_overhead_us`` each: the fixed device time of a kernel that the per-op,
                   GEMM and counted rates leave out (``kernel_overhead_seconds``)
     host          ``host_overhead_us`` per op dispatched, kernel or view, outside its kernel (a
-                  CPU's Python and autograd; 0 where the host runs ahead), and where a GPU's
-                  host is behind, what the device waits for it: ops x ``launch_us`` beyond the
-                  device's own time (``host_seconds``)
+                  CPU's Python and autograd; 0 where the host runs ahead:
+                  ``host_overhead_seconds``), and where a GPU's host is behind, what the device
+                  waits for it: ops x ``launch_us`` beyond the device's own time (``host_seconds``)
     collective    latency + bus bytes / bus bandwidth of its op, group size and link (inside a
                   node or across the NIC: ``crosses_nodes``); the latency and the transfer
                   apart, since only the transfer holds the link
@@ -45,8 +49,15 @@ from tspbench.core.bus import BUS_FACTOR
 
 def roofline(flops, nbytes, tflops: float, hw: Hardware):
     """max(FLOPs / rate, bytes / HBM bandwidth): seconds of a kernel bound by either."""
-    compute, memory = flops / (tflops * 1e12), nbytes / (hw.hbm_bandwidth_gbs * 1e9)
+    compute, memory = flops / (tflops * 1e12), memory_seconds(nbytes, hw.hbm_bandwidth_gbs)
     return np.maximum(compute, memory) if isinstance(compute, np.ndarray) else max(compute, memory)
+
+
+def memory_seconds(nbytes, gbs: float):
+    """``nbytes`` read or written at ``gbs`` GB/s: a roofline's memory side at HBM's bandwidth,
+    element-wise ops at their rate, and alone the floor of a step that must read them (a decode
+    step its weights and KV cache, gpu-check's decode/tpot)."""
+    return nbytes / (gbs * 1e9)
 
 
 # ----------------------------------------------------------------------------- compute
@@ -85,7 +96,7 @@ def elementwise_gbs(hw: Hardware, op: str | None = None) -> float:
 
 def elementwise_seconds(nbytes, gbs):
     """Element-wise ops moving ``nbytes`` at ``gbs`` (``elementwise_gbs``)."""
-    return nbytes / (gbs * 1e9)
+    return memory_seconds(nbytes, gbs)
 
 
 def at_share(kernel_s, share, overhead_s: float = 0.0):
@@ -93,16 +104,22 @@ def at_share(kernel_s, share, overhead_s: float = 0.0):
     return (kernel_s + overhead_s) / share
 
 
-def kernel_overhead_seconds(hw: Hardware, kernels: int) -> float:
+def kernel_overhead_seconds(hw: Hardware, kernels: int = 1) -> float:
     """Seconds of the fixed device cost of ``kernels`` kernels (``op_overhead_us`` each)."""
     return kernels * hw.op_overhead_us * 1e-6
+
+
+def host_overhead_seconds(hw: Hardware, ops: int = 1) -> float:
+    """Seconds the host spends on ``ops`` dispatched ops outside their kernels
+    (``host_overhead_us`` each: a CPU's Python and autograd; 0 where the host runs ahead)."""
+    return ops * hw.host_overhead_us * 1e-6
 
 
 def host_seconds(hw: Hardware, ops: int, device_s: float) -> float:
     """Seconds a step of ``ops`` dispatched ops (kernels and views) adds to ``device_s`` of device
     time for its host: ``host_overhead_us`` per op, plus what the device waits where the host
     launching ``ops`` eagerly at ``launch_us`` each falls behind it."""
-    per_op = ops * hw.host_overhead_us * 1e-6
+    per_op = host_overhead_seconds(hw, ops)
     return per_op + max(0.0, ops * hw.launch_us * 1e-6 - device_s)
 
 

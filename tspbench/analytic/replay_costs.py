@@ -33,7 +33,7 @@ class Costs:
 
     @property
     def ranks_on_node(self) -> int:
-        return min(self.world_size, self.hw.gpus_per_node)
+        return self.hw.ranks_on_node(self.world_size)
 
     def collective_seconds(
         self, op: str, ranks: tuple[int, ...], msg_bytes: float
@@ -51,7 +51,7 @@ def op_seconds(trace: RankTrace, costs: Costs) -> np.ndarray:
     """Seconds of every compute event of ``trace`` (0 for the rest), at the rank's share: its
     kernel (``kernel_seconds``) and the host's time around it."""
     out = kernel_seconds(trace, costs)
-    out[trace.events["kind"] == COMPUTE] += costs.hw.host_overhead_us * 1e-6
+    out[trace.events["kind"] == COMPUTE] += prices.host_overhead_seconds(costs.hw)
     return out
 
 
@@ -72,7 +72,7 @@ def kernel_seconds(trace: RankTrace, costs: Costs, alone: bool = False) -> np.nd
         causal = bool(ev["flags"][i] & CAUSAL)
         out[i] = prices.attention_seconds(hw, ev["flops"][i], causal, int(ev["size"][i]))
     for cls, mask in ((GEMM, gemm), (ATTENTION, attention), (ELEMENTWISE, elementwise)):
-        out[mask] = prices.at_share(out[mask], share[cls], hw.op_overhead_us * 1e-6)
+        out[mask] = prices.at_share(out[mask], share[cls], prices.kernel_overhead_seconds(hw))
     return out
 
 
@@ -89,5 +89,5 @@ def by_kind(trace: RankTrace, costs: Costs) -> np.ndarray:
     alone = kernel_seconds(trace, costs, alone=True)
     for column, cls in enumerate((GEMM, ATTENTION, ELEMENTWISE)):
         out[:, column] = np.where(ev["cls"] == cls, alone, 0.0)
-    out[:, 3] = np.where(ev["kind"] == COMPUTE, costs.hw.host_overhead_us * 1e-6, 0.0)
+    out[:, 3] = np.where(ev["kind"] == COMPUTE, prices.host_overhead_seconds(costs.hw), 0.0)
     return out

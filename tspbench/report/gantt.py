@@ -39,6 +39,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from tspbench.analytic import prices
 from tspbench.analytic.chrome import LINK_TRACKS, kernel_ops, layer_spans
 from tspbench.analytic.profile_choice import profile_name, record_profile
 from tspbench.analytic.replayed import reprice
@@ -138,7 +139,7 @@ def compute_bars(tl: Timeline, rank: int, t0: float, t1: float) -> list[Bar]:
     """The kernel ops overlapping [t0, t1): the host's time per op, then the kernel."""
     trace = tl.replay.states[rank].trace
     rows, start, seconds = kernel_ops(tl, rank)
-    base, host = tl.replay.base[rank], tl.replay.costs.hw.host_overhead_us * 1e-6
+    base, host = tl.replay.base[rank], prices.host_overhead_seconds(tl.replay.costs.hw)
     out = []
     for i in rows[(start[rows] < t1) & (start[rows] + seconds[rows] > t0)]:
         lane = f"compute: {trace.streams[int(trace.events['stream'][i])]}"
