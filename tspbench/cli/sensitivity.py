@@ -14,12 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tspbench.cli.args import RECOMPUTE_HELP, output_path, positive_int, within_model
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, DTYPES, RECOMPUTE_MODES
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
+
+if TYPE_CHECKING:
+    from tspbench.report.claims import Comparison, Hinge
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -198,3 +203,31 @@ def draw(layout: Layout, workload: Workload, hw, swings: list, folder: Path) -> 
     folder.mkdir(parents=True, exist_ok=True)
     name = f"sensitivity_{layout.strategy}_{workload.seq_len}"
     return save(fig, folder / name)
+
+
+HINGE_FIGURES = (
+    "ring_shift_gbs",
+    "gemm_tflops",
+    "attention_tflops",
+    "overlap_efficiency",
+    "collective_8_gbs",
+)
+
+
+def hinge_finder() -> Callable[[Comparison], list[Hinge]]:
+    """What the ledger (tspbench.report.ledger) asks of a projected comparison: the break-even
+    of each of HINGE_FIGURES (the issue's four, and the 8-GPU collectives TP leans on)."""
+    from tspbench.analytic import sensitivity as sens
+    from tspbench.analytic.profile_choice import choose_profile
+    from tspbench.report.claims import Hinge
+
+    def find(c: Comparison) -> list[Hinge]:
+        hw = choose_profile(c.hardware, device="cuda", measured=False).hardware
+        keys = {f.key for f in sens.figures(hw)}
+        chosen = [sens.figure_named(hw, k) for k in HINGE_FIGURES if k in keys]
+        w = Workload(ModelConfig.preset(c.model), c.batch, c.seq_len, c.mode, c.recompute, "bfloat16", "cuda")
+        rows = sens.break_evens(layout_text(c.layout), layout_text(c.against), w, hw, chosen)
+        return [Hinge(b.figure.key, b.figure.value, b.figure.unit, b.figure.provenance, b.value, b.beyond)
+                for b in rows]  # fmt: skip
+
+    return find

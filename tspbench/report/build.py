@@ -29,6 +29,7 @@ from tspbench.core.files import write_atomic
 from tspbench.report import bars, decode, figures, gantt
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
+from tspbench.report.ledger import HingeFinder, write_ledger
 from tspbench.report.outdir import claim, record_written, remove_stale
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
@@ -56,9 +57,13 @@ def is_experiment(path: Path) -> bool:
     return any(path.glob("*/point.json"))
 
 
-def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
+def report(
+    results_dir: Path, out_dir: Path | None = None, hinges: HingeFinder | None = None
+) -> ReportOutputs:
     """Write tables, figures and report.md for an experiment folder, or for each experiment under
-    a results root (into ``out_dir/<experiment>/``, with an index linking them)."""
+    a results root (into ``out_dir/<experiment>/``, with an index linking them, and where the
+    root holds paper studies, ledger.md: the paper's claims judged from them; ``hinges`` gives
+    the figures each projected verdict rests on, tspbench.report.ledger)."""
     results_dir = results_folder(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
     claim(out_dir)  # before anything is written: never into a folder holding someone else's files
@@ -74,8 +79,13 @@ def report(results_dir: Path, out_dir: Path | None = None) -> ReportOutputs:
     gpu, damaged = write_gpu_runs(results_dir, out_dir)
     if gpu is not None:
         lines.append(f"- [measured on a lent GPU]({gpu.name})")
+    papers = {p.name: load(p) for p in experiments if p.name.startswith("paper_")}
+    claims = write_ledger(papers, out_dir, hinges) if papers else None  # the paper's claims, judged
+    if claims is not None:
+        lines.append(f"- [the paper's claims, judged from these records]({claims.name})")
     write_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
-    record_written(out_dir, [out_dir / "report.md", *([gpu] if gpu else []), *(c.out_dir for c in children)])
+    written = [out_dir / "report.md", *([gpu] if gpu else []), *([claims] if claims else [])]
+    record_written(out_dir, [*written, *(c.out_dir for c in children)])
     damaged += [d for c in children for d in c.damaged]
     return ReportOutputs(out_dir, out_dir / "report.md", experiments=children, damaged=damaged)
 
