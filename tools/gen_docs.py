@@ -74,7 +74,19 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "paper_scale": paper_checks.paper_scale,
     "torch": paper_checks.torch_estimator,
     "overlap": paper_checks.overlap,
+    "ledger": lambda results: {"table": ledger_table(results)},  # the paper's claims (#44)
 }
+
+
+def ledger_table(results: Path) -> str:
+    """The ledger's verdicts (tspbench.report.ledger), computed from the paper studies' records."""
+    from tspbench.report.ledger import ledger, verdict_table
+    from tspbench.sweep.store import load
+
+    papers = {p.name: load(p) for p in sorted(results.glob("paper_*")) if any(p.glob("*/point.json"))}
+    return verdict_table(ledger(papers))
+
+
 PLACEHOLDER = re.compile(r"{{(\w+)(?:\.(\w+))?}}")
 
 

@@ -26,7 +26,17 @@ from tspbench.report.claims import Claim, Comparison, Hinge
 from tspbench.report.claims_memory import MEMORY_JUDGES
 from tspbench.report.claims_speed import SPEED_JUDGES
 
-__all__ = ["Claim", "Comparison", "Hinge", "HingeFinder", "hinge_text", "ledger", "markdown", "write_ledger"]
+__all__ = [
+    "Claim",
+    "Comparison",
+    "Hinge",
+    "HingeFinder",
+    "hinge_text",
+    "ledger",
+    "markdown",
+    "verdict_table",
+    "write_ledger",
+]
 
 
 HingeFinder = Callable[[Comparison], list[Hinge]]
@@ -53,9 +63,7 @@ def markdown(rows: Sequence[Claim]) -> str:
         "ledger follows the measured records. The paper's numbers are second-hand: its figures were "
         "only partly readable.",
         "",
-        "| claim | verdict | evidence |",
-        "|---|---|---|",
-        *(f"| ({r.key}) {r.claim} | {r.verdict} | {r.evidence} |" for r in rows),
+        verdict_table(rows),
         "",
     ]
     for r in rows:
@@ -74,6 +82,12 @@ def markdown(rows: Sequence[Claim]) -> str:
             lines += ["", hinge_text(comparison, found)]
         lines.append("")
     return "\n".join(lines)
+
+
+def verdict_table(rows: Sequence[Claim]) -> str:
+    """One Markdown row per claim: its verdict and the evidence class (the docs quote it)."""
+    lines = ["| claim | verdict | evidence |", "|---|---|---|"]
+    return "\n".join([*lines, *(f"| ({r.key}) {r.claim} | {r.verdict} | {r.evidence} |" for r in rows)])
 
 
 def hinge_text(c: Comparison, found: Sequence[Hinge]) -> str:
