@@ -80,15 +80,16 @@ def ring_traffic(strategy: Strategy, axis: str, heads: int, kv_heads: int) -> li
 
 def ulysses_traffic(strategy: Strategy, axis: str, heads: int, kv_heads: int) -> list[Traffic]:
     """tspbench.dist.ulysses per layer: q, k, v to head shards and o back, one all-to-all each
-    way; backward the same two. Message: the local tokens of every head moved, [B, S/Σ, .]."""
+    way; backward the same two. Message: the local tokens of every head moved, [B, S/Σ, .].
+    Selective recomputation re-runs the first only: the core's checkpoint stops once attention's
+    saved tensors are back, and nothing after it saves any; full and op re-run both."""
     w, cfg = strategy.workload, strategy.config
     row = strategy.local_batch * strategy.local_seq * cfg.head_dim * w.element_size
     L, out = cfg.n_layers, []
     for phase in ("forward", "backward") if w.mode == "train" else ("forward",):
-        scope = "core" if phase == "forward" else "block"
         out += [
-            Traffic("all_to_all", (axis,), row * (heads + 2 * kv_heads), L, phase, scope),
-            Traffic("all_to_all", (axis,), row * heads, L, phase, scope),
+            Traffic("all_to_all", (axis,), row * (heads + 2 * kv_heads), L, phase, "core"),
+            Traffic("all_to_all", (axis,), row * heads, L, phase, "block"),
         ]
     return out
 
