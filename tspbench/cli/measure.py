@@ -31,11 +31,27 @@ TRACE_SUFFIXES = (".npz", ".json", ".json.gz")  # the raw traces, or a Chrome tr
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    """``env``, ``validate``, ``bench`` and ``gpu-check``: one function each, so a command's flags
+    read together."""
     p = sub.add_parser("env", help="print the environment record")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_env)
+    add_validate(sub.add_parser("validate", help="check a strategy against the single-device reference"))
+    add_bench(sub.add_parser("bench", help="measure one point: step time, throughput, peak memory, comm"))
+    add_gpu_check(
+        sub.add_parser(
+            "gpu-check",
+            help="every GPU-only path on every GPU of this node, a record per check (make gpu-check)",
+            description="Every path only a GPU exercises, on every GPU of this node: attention accuracy "
+            "and speed, calibrate, validate and memory per strategy, inference memory, step time, "
+            "decode against its floor, op-level time by kind. Each check's record is written when it "
+            "ends; docs/measuring.md says what each row asserts.",
+        )
+    )
 
-    p = sub.add_parser("validate", help="check a strategy against the single-device reference")
+
+def add_validate(p: argparse.ArgumentParser) -> None:
+    """``tspbench validate``: a layout, the dtype both sides run in, and the steps checked."""
     add_layout_args(p)
     p.add_argument(
         "--dtype",
@@ -52,7 +68,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_common_run_args(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("bench", help="measure one point: step time, throughput, peak memory, comm")
+
+def add_bench(p: argparse.ArgumentParser) -> None:
+    """``tspbench bench``: a layout and its step, measured for real or executed under --fake."""
     add_layout_args(p)
     p.add_argument(
         "--dtype",
@@ -96,14 +114,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_common_run_args(p)
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser(
-        "gpu-check",
-        help="every GPU-only path on every GPU of this node, a record per check (make gpu-check)",
-        description="Every path only a GPU exercises, on every GPU of this node: attention accuracy "
-        "and speed, calibrate, validate and memory per strategy, inference memory, step time, "
-        "decode against its floor, op-level time by kind. Each check's record is written when it "
-        "ends; docs/measuring.md says what each row asserts.",
-    )
+
+def add_gpu_check(p: argparse.ArgumentParser) -> None:
+    """``tspbench gpu-check``: where its records go, and which strategies and checks run."""
     p.add_argument(
         "--out",
         type=Path,
