@@ -28,6 +28,7 @@ from tspbench.strategies.sp import (
 
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.flops import ForwardFlops, qkv_gemm_flops
+from tspbench.costs.memory import Shapes
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
 
@@ -51,6 +52,9 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
 
     def transform(self, model: Transformer) -> None:
         zigzag_attention(model, self.group("sp"), self.workload.kv_exchange)
+
+    def shapes(self) -> Shapes:
+        return replace(super().shapes(), kv_exchange=self.workload.kv_exchange)
 
     def traffic(self) -> list[Traffic]:
         """FSDP's and the K/V gathers. A K/V gather recomputed in backward waits on the link

@@ -21,9 +21,12 @@ their owners (all-to-all) and merged by log-sum-exp.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tspbench.core.errors import LayoutError
 from tspbench.core.spec import Layout, Workload
 from tspbench.costs.elementwise import over_step, recomputed_forwards, zigzag_attention_bytes
+from tspbench.costs.memory import Shapes
 from tspbench.dist.comm import Group
 from tspbench.dist.decode import ShardedDecodeAttention
 from tspbench.dist.ring import RingAttention
@@ -114,9 +117,27 @@ def zigzag_attention(model: Transformer, group: Group, exchange: str = "allgathe
 def zigzag_extra_bytes(strategy: Strategy) -> int:
     """Element-wise bytes the zigzag attention core adds over a step's layers (its forward runs
     again in backward under recomputation; no backward in a forward)."""
-    w = strategy.workload
+    w, s = strategy.workload, strategy.shapes()
     forwards = recomputed_forwards(w.mode, w.recompute)
-    return over_step(strategy.config.n_layers, w.mode, forwards, zigzag_attention_bytes(strategy.shapes()))
+    block = zigzag_attention_bytes(s) if w.kv_exchange == "allgather" else exchange_bytes(s)
+    return over_step(strategy.config.n_layers, w.mode, forwards, block)
+
+
+def exchange_bytes(s: Shapes) -> tuple[int, int]:
+    """(forward, backward) element-wise bytes a ring or Ulysses core adds to a block, counted
+    from the code (tspbench/dist/ring.py, ulysses.py), not measured op by op. Ring: K/V
+    stacked 4e T kv, each of D - 1 merges ~6s per output element, o cast and transposed 4e T q;
+    backward K/V stacked again, per step dq and dK/dV accumulated 3s T (q + 2 kv), the gradients
+    cast 2e T (q + 2 kv). Ulysses: q, k, v packed, made contiguous and put in sequence order
+    6e T (q + 2 kv), o cut back, flattened and transposed 6e T q; backward the mirror."""
+    if s.kv_parts == 1:
+        return 0, 0
+    e, f, t, q, kv, d = s.elt, s.stat, s.batch * s.tokens, s.q, s.kv, s.kv_parts
+    if s.kv_exchange == "ring":
+        forward = 4 * e * t * kv + (d - 1) * 6 * f * t * q + 4 * e * t * q
+        return forward, 4 * e * t * kv + (d - 1) * 3 * f * t * (q + 2 * kv) + 2 * e * t * (q + 2 * kv)
+    moved = 6 * e * t * (q + 2 * kv) + 6 * e * t * q
+    return moved, moved
 
 
 @register
@@ -135,6 +156,9 @@ class SequenceParallel(Strategy):
 
     def transform(self, model: Transformer) -> None:
         zigzag_attention(model, self.group("sp"), self.workload.kv_exchange)
+
+    def shapes(self) -> Shapes:
+        return replace(super().shapes(), kv_exchange=self.workload.kv_exchange)
 
     def traffic(self) -> list[Traffic]:
         return kv_exchange_traffic(self, "sp", self.config.n_heads, self.config.n_kv_heads)

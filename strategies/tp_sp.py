@@ -12,6 +12,8 @@ of the local n/T heads over sp (tspbench.dist.decode).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tspbench.strategies.sp import (
     check_kv_exchange,
     kv_exchange_traffic,
@@ -21,6 +23,7 @@ from tspbench.strategies.sp import (
 from tspbench.strategies.tp import TensorParallel
 
 from tspbench.core.spec import Layout, Workload
+from tspbench.costs.memory import Shapes
 from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
 
@@ -43,6 +46,9 @@ class TensorSequenceParallel(TensorParallel):
     def transform(self, model: Transformer) -> None:
         super().transform(model)
         zigzag_attention(model, self.group("sp"), self.workload.kv_exchange)
+
+    def shapes(self) -> Shapes:
+        return replace(super().shapes(), kv_exchange=self.workload.kv_exchange)
 
     def traffic(self) -> list[Traffic]:
         t = self.mesh.size("tp")

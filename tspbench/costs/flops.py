@@ -77,25 +77,33 @@ class FlopTerms:
         return self.gemm + self.attention
 
 
-def zigzag_rectangle(tokens: int, seq: int, parts: int) -> float:
+def zigzag_rectangle(tokens: int, seq: int, parts: int, exchange: str = "allgather") -> float:
     """Query x key area one rank's attention calls cover: T^2 unsharded (a dense causal call is
-    counted whole), C^2 (2P + 1) with zigzag chunks of C = S / 2P (the same on every rank)."""
+    counted whole), C^2 (2P + 1) with zigzag chunks of C = S / 2P (the same on every rank).
+    A ring (tspbench.dist.ring): its 2C square and P - 1 blocks of 2C^2, C^2 (2P + 2). Ulysses:
+    the whole causal square S^2 for 1/P of the heads, counted here per rank's heads: 4P C^2."""
     if parts == 1:
         return float(tokens * tokens)
     c = seq / (2 * parts)
-    return c * c * (2 * parts + 1)
+    extra = {"ring": 1.0, "ulysses": 2 * parts - 1.0}.get(exchange, 0.0)
+    return c * c * (2 * parts + 1 + extra)
 
 
-def causal_block(tokens: int, seq: int, parts: int) -> int:
+def causal_block(tokens: int, seq: int, parts: int, exchange: str = "allgather") -> int:
     """Tokens per side of a rank's square causal blocks: the local sequence unsharded, a zigzag
-    chunk C = S / 2P otherwise."""
-    return tokens if parts == 1 else seq // (2 * parts)
+    chunk C = S / 2P otherwise; the ring's local pair 2C; Ulysses' whole sequence."""
+    if parts == 1:
+        return tokens
+    return {"ring": seq // parts, "ulysses": seq}.get(exchange, seq // (2 * parts))
 
 
-def causal_fraction(parts: int) -> float:
+def causal_fraction(parts: int, exchange: str = "allgather") -> float:
     """The share of zigzag_rectangle in square causal blocks: all of it unsharded; with zigzag
-    chunks each of the two local chunks has one C x C diagonal block, 2 of the 2P + 1 C^2."""
-    return 1.0 if parts == 1 else 2 / (2 * parts + 1)
+    chunks each of the two local chunks has one C x C diagonal block, 2 of the 2P + 1 C^2; the
+    ring's 2C square is 4 of 2P + 2; Ulysses' one square is all of it."""
+    if parts == 1 or exchange == "ulysses":
+        return 1.0
+    return 4 / (2 * parts + 2) if exchange == "ring" else 2 / (2 * parts + 1)
 
 
 def qkv_gemm_flops(s: Shapes) -> float:
@@ -131,10 +139,11 @@ class ForwardFlops:
     def of(cls, s: Shapes) -> ForwardFlops:
         """Whole local widths (q, kv, ffn, vocab as the Shapes hold them) on the local tokens."""
         attn_gemm, mlp_gemm = block_gemm_flops(s, s.q, s.kv, s.ffn)
-        core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, s.kv_parts)
+        ex, parts = s.kv_exchange, s.kv_parts
+        core = 4 * s.batch * s.heads * (s.q // s.heads) * zigzag_rectangle(s.tokens, s.seq, parts, ex)
         head = 2 * s.batch * s.tokens * s.hidden * s.vocab
-        block = causal_block(s.tokens, s.seq, s.kv_parts)
-        return cls(attn_gemm, mlp_gemm, core, head, s.layers, causal_fraction(s.kv_parts), block)
+        block = causal_block(s.tokens, s.seq, parts, ex)
+        return cls(attn_gemm, mlp_gemm, core, head, s.layers, causal_fraction(parts, ex), block)
 
     @property
     def blocks_gemm(self) -> float:

@@ -49,6 +49,7 @@ class Shapes:
     kv_parts: int  # ranks K/V are gathered over (1: attention is local)
     elt: int  # bytes per element of weights and activations
     layers: int
+    kv_exchange: str = "allgather"  # how K/V cross the kv_parts ranks (allgather, ring, ulysses)
 
     @property
     def stat(self) -> int:
@@ -223,13 +224,13 @@ def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = 
         MLP h1, h3 and the gated product                       3 [B, T, f]
     """
     B, T, Tr = s.batch, s.tokens, s.stream_tokens
-    gathered = s.kv_parts > 1
+    gathered = s.kv_parts > 1 and s.kv_exchange == "allgather"
     stream = s.act(Tr, s.hidden)
     norms = 2 * stream + 2 * B * Tr * s.stat
     inputs = 2 * s.act(T, s.hidden)
     kv = 2 * s.act(s.seq, s.kv) if gathered else 2 * s.act(T, s.kv)
     expand = _gqa_expansion(s) if gathered else 0
-    out = s.act(T, s.q) * (2 if gathered else 1)
+    out = s.act(T, s.q) * (2 if s.kv_parts > 1 else 1)  # ring, ulysses: the core's own output too
     lse = B * s.heads * T * s.stat
     mlp = 3 * s.act(T, s.ffn)
     none = norms + inputs + s.act(T, s.q) + kv + expand + out + lse + mlp
@@ -245,7 +246,7 @@ def autograd_terms(s: Shapes, megatron_sp: bool = False, vocab_parallel: bool = 
         stream=stream,
         forward_work=stream + s.act(T, s.hidden) + 4 * s.act(T, s.ffn) + (inputs if megatron_sp else 0),
         backward_work=5 * s.act(T, s.ffn),  # six [B, T, f] temporaries, the gated product (saved) freed
-        attention_backward_work=_attention_backward_work(s, gathered),
+        attention_backward_work=_attention_backward_work(s, gathered) + exchange_backward_work(s),
         mlp_saved=mlp + s.act(T, s.hidden),
         op_unreached=s.act(T, s.hidden),  # w2's output: the recompute stops at w2's inputs
         fixed_saved=2 * T * (s.q // s.heads) * s.elt + B * T * (9 if vocab_parallel else 8),
@@ -294,6 +295,19 @@ def op_saved(s: Shapes, calls: list[tuple[int, int]] | None = None) -> int:
     kernel_calls = 2 if s.kv_parts > 1 else 1
     attention = kernel_calls * (s.act(s.tokens, s.q) + s.batch * s.heads * s.tokens * s.stat)
     return s.act(s.stream_tokens, s.hidden) + mm + attention
+
+
+def exchange_backward_work(s: Shapes) -> int:
+    """What the ring's or Ulysses' backward holds beyond a local attention's (tspbench.dist.ring,
+    ulysses): the ring its K/V stacked, the chunk arriving, the dK/dV accumulator (float32 at
+    least) and the one in flight, dQ's accumulator; Ulysses the head-sharded gradients of q, k, v
+    [B, S, (n + 2m)/D] and their all-to-all's send and receive buffers."""
+    if s.kv_parts == 1 or s.kv_exchange == "allgather":
+        return 0
+    kv, wide = s.act(s.tokens, s.kv), max(s.elt, 4) / s.elt
+    if s.kv_exchange == "ring":
+        return int(4 * kv + 4 * kv * wide + s.act(s.tokens, s.q) * wide)
+    return 3 * s.act(s.tokens, s.q + 2 * s.kv)
 
 
 def _gqa_expansion(s: Shapes) -> int:
