@@ -10,6 +10,7 @@ peak within 15% of it, RSS under 2 GiB.
 
 from __future__ import annotations
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.fake import fake_bench
 
@@ -25,8 +26,8 @@ def test_fake_7b_rank_at_128k(benchmark) -> None:
     )
     record = benchmark.pedantic(
         fake_bench,
-        args=(LAYOUT, workload),
-        kwargs={"ranks": [0]},  # priced on mi300x, the default for a simulated GPU
+        args=(LAYOUT, workload, choose_profile(None, device="cuda", measured=False)),  # mi300x
+        kwargs={"ranks": [0]},
         rounds=1,
         iterations=1,
     )

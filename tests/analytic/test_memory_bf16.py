@@ -7,6 +7,7 @@ import pytest
 
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.measure.fake import fake_bench
 
@@ -20,7 +21,7 @@ def test_the_bf16_memory_model_is_the_fake_world_s(layout: Layout) -> None:
     """Where the whole-vocabulary loss peaks (the head's backward), the fp32 logits it upcasts are
     counted once: the model was 12.6% over the fake world here (+3.3% on the 1b at 8K on one H200)."""
     workload = Workload(ModelConfig.preset("small"), 1, 2048, "train", "none", "bfloat16", "cuda")
-    executed = fake_bench(layout, workload)
+    executed = fake_bench(layout, workload, choose_profile(None, device="cuda", measured=False))
     assert executed["status"] == "completed", executed.get("error")
     predicted = predict(layout, workload, load_hardware("h200")).memory
     assert predicted.moment == "head backward"

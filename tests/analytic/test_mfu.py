@@ -33,7 +33,8 @@ A_STEP = {"model_flops_per_step": 1e15, "step_time_s": 1.0}
 @pytest.fixture(scope="module")
 def record() -> dict:
     workload = Workload(ModelConfig.preset("tiny"), 1, 256, "train", dtype="float32")
-    out = bench(LAYOUT, workload, steps=1, warmup=1)  # priced on the device's profile: cpu
+    host = choose_profile(None, device="cpu", measured=True)  # the device's profile: cpu
+    out = bench(LAYOUT, workload, host, steps=1, warmup=1)
     assert out["status"] == "completed", out["error"]
     return out
 

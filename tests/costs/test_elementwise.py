@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import COMPUTE, ELEMENTWISE, load_traces
 from tspbench.costs import elementwise
@@ -65,7 +66,8 @@ def test_the_model_counts_the_element_wise_bytes_the_step_records(
     layout: Layout, mode: str, recompute: str, model: ModelConfig, tmp_path: Path, world: FakeWorld
 ) -> None:
     workload = Workload(model, 1, 512, mode, recompute, "bfloat16", "cuda")
-    record = fake_bench(layout, workload, trace_path=tmp_path / "t.npz", world=world)  # on mi300x
+    hardware = choose_profile(None, device=workload.device, measured=False)  # mi300x
+    record = fake_bench(layout, workload, hardware, trace_path=tmp_path / "t.npz", world=world)
     assert record["status"] == "completed", record.get("error")
     counted = check_layout(layout, workload).for_analysis(layout, workload).elementwise_step_bytes()
     assert counted == pytest.approx(max(recorded_bytes(tmp_path / "t.npz")), rel=0.04)

@@ -17,6 +17,7 @@ import pytest
 
 from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.costs.flops import op_recomputed_gemm
 from tspbench.costs.memory import Shapes, block_mm_calls, op_saved
@@ -40,7 +41,8 @@ def world() -> Iterator[FakeWorld]:
 
 def _executed(layout: Layout, workload: Workload, world: FakeWorld) -> dict:
     shared = world if workload.device == "cpu" else None  # a simulated GPU's workers preload its library
-    out = fake_bench(layout, workload, world=shared, trace=False)
+    hardware = choose_profile(None, device=workload.device, measured=False)
+    out = fake_bench(layout, workload, hardware, world=shared, trace=False)
     assert out["status"] == "completed", out.get("error")
     return out
 

@@ -30,6 +30,7 @@ import pytest
 from stepping import measure_layouts
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.cli.main import main
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.comm import summarize
@@ -234,14 +235,14 @@ def _children() -> set[int]:
 
 def test_an_op_without_a_fake_kernel_or_a_raising_rank_is_a_failed_record(faults: None) -> None:
     workload = Workload(TINY, 1, 128, "infer", device="cpu")  # prefill: no DDP (cannot run on fakes)
-    before = _children()
-    record = fake_bench(Layout("fault_nonzero", dp=2), workload, ranks=[0])
+    before, cpu = _children(), choose_profile(None, device="cpu", measured=False)
+    record = fake_bench(Layout("fault_nonzero", dp=2), workload, cpu, ranks=[0])
     assert record["status"] == "failed" and record["failed_op"] == "aten.nonzero.default"
     assert record["error"].startswith("rank 0 raised FakeOpError: aten.nonzero.default")
-    record = fake_bench(Layout("fault_raise", dp=2), workload, ranks=[0, 1])
+    record = fake_bench(Layout("fault_raise", dp=2), workload, cpu, ranks=[0, 1])
     assert record["status"] == "failed" and record["failed_rank"] == 1
     assert "injected fault on rank 1" in record["error"] and "failed_op" not in record
-    record = fake_bench(Layout("fault_hang", dp=2), workload, ranks=[0], timeout=3)
+    record = fake_bench(Layout("fault_hang", dp=2), workload, cpu, ranks=[0], timeout=3)
     assert record["status"] == "timeout"
     assert _children() <= before  # every worker is gone
 

@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.cli.main import main
 from tspbench.core.errors import WorkloadError
 from tspbench.core.spec import Layout, ModelConfig, Workload
@@ -95,7 +96,7 @@ def test_decode_traffic_per_step() -> None:
 
 def test_bench_decode_record() -> None:
     layout, workload = Layout("tsp", tsp=2), FLOAT64.with_(dtype="float32")
-    r = bench(layout, workload, steps=2, warmup=1)
+    r = bench(layout, workload, choose_profile(None, device="cpu", measured=True), steps=2, warmup=1)
     assert r["status"] == "completed", r.get("error")
     assert len(r["tpot_times_s"]) == 2 * STEPS and len(r["ttft_times_s"]) == 2
     assert 0 < r["tpot_p50_s"] <= r["tpot_p90_s"] <= r["tpot_p99_s"] <= max(r["tpot_times_s"])
@@ -115,7 +116,9 @@ def test_bench_decode_record() -> None:
 
 
 def test_decode_over_capacity_is_an_oom_record() -> None:
-    r = bench(Layout("tp", tp=2), FLOAT64.with_(dtype="float32"), steps=1, warmup=1, capacity_bytes=200_000)
+    workload = FLOAT64.with_(dtype="float32")
+    host = choose_profile(None, device="cpu", measured=True)
+    r = bench(Layout("tp", tp=2), workload, host, steps=1, warmup=1, capacity_bytes=200_000)
     assert r["status"] == "oom"
 
 

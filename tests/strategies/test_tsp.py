@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.dist.launch import launch
 from tspbench.measure.bench import bench
@@ -23,7 +24,7 @@ LONG = Workload(TINY, batch=1, seq_len=4096, dtype="float32")  # activations dom
 
 
 def measure(layout: Layout, workload: Workload = LONG) -> dict:
-    record = bench(layout, workload, steps=1, warmup=1)
+    record = bench(layout, workload, choose_profile(None, device="cpu", measured=True), steps=1, warmup=1)
     assert record["status"] == "completed", record.get("error")
     return record
 

@@ -62,6 +62,7 @@ from tspbench.checks.gpu_plan import Check, Plan, plan
 from tspbench.checks.gpu_rows import (
     attention_speed_check,
     decode_tpot_check,
+    device_profile,
     inference_memory_check,
     step_check,
 )
@@ -120,6 +121,9 @@ def checks(
     def hardware() -> HardwareChoice | None:  # the profile calibrate wrote, once it has run
         return choose_profile(str(profile), device=device, measured=True) if profile.exists() else None
 
+    def priced() -> HardwareChoice:  # calibrate's profile, else (it failed) the device's own
+        return hardware() or device_profile(device)
+
     todo: list[tuple[str, str, Callable[[], Check]]] = [
         ("attention", "attention", lambda: attention_check(device)),
         ("calibrate", "calibrate", lambda: calibrate_check(p, quick, profile)),
@@ -127,9 +131,9 @@ def checks(
     ]
     todo += [("validate", f"validate/{n}", lambda n=n: validate_check(p, n)) for n in names]
     if "tsp" in names:
-        todo.append(("overlap", "overlap/tsp", lambda: overlap_check(p, hardware())))
-    todo += [("memory", f"memory/{n}", lambda n=n: memory_check(p, n, hardware())) for n in names]
-    todo.append(("memory", "memory/infer", lambda: inference_memory_check(p, hardware())))
+        todo.append(("overlap", "overlap/tsp", lambda: overlap_check(p, priced())))
+    todo += [("memory", f"memory/{n}", lambda n=n: memory_check(p, n, priced())) for n in names]
+    todo.append(("memory", "memory/infer", lambda: inference_memory_check(p, priced())))
     todo.append(("step", "step", lambda: step_check(p, quick, hardware())))
     todo.append(("decode", "decode/tpot", lambda: decode_tpot_check(p, quick, hardware())))
     ops = [n for n in OP_STRATEGIES if n in names]
@@ -277,12 +281,12 @@ def validate_check(p: Plan, strategy: str) -> Check:
     return Check(name, status, summary, result)
 
 
-def overlap_check(p: Plan, hardware: HardwareChoice | None) -> Check:
+def overlap_check(p: Plan, hardware: HardwareChoice) -> Check:
     if p.world < 2:
         return Check("overlap/tsp", "skipped", "needs 2 or more GPUs: TSP's weight transfers")
     layout = Layout("tsp", tsp=p.world)
     timed = {
-        overlap: bench(layout, p.memory.with_(overlap=overlap), steps=5, warmup=2, hardware=hardware)
+        overlap: bench(layout, p.memory.with_(overlap=overlap), hardware, steps=5, warmup=2)
         for overlap in (True, False)
     }
     if any(r["status"] != "completed" for r in timed.values()):
@@ -294,14 +298,17 @@ def overlap_check(p: Plan, hardware: HardwareChoice | None) -> Check:
     return Check("overlap/tsp", "measured", summary, {"overlapped": timed[True], "blocking": timed[False]})
 
 
-def memory_check(p: Plan, strategy: str, hardware: HardwareChoice | None) -> Check:
+def memory_check(p: Plan, strategy: str, hardware: HardwareChoice) -> Check:
     name = f"memory/{strategy}"
     cls = next(c for c in iter_strategies() if c.name == strategy)
     layout = layout_for(cls, max(p.world, 1))
-    measured = bench(layout, p.memory, steps=3, warmup=1, timeout=900, hardware=hardware)
+    measured = bench(layout, p.memory, hardware, steps=3, warmup=1, timeout=900)
     if measured["status"] != "completed":
         return Check(name, "failed", f"{layout.describe()}: {measured['status']}", {"measured": measured})
-    fake = fake_bench(layout, p.memory) if cls.fake_world_obstacle(layout, p.memory) is None else None
+    simulated = choose_profile(None, device=p.memory.device, measured=False)  # the fake world's own
+    fake = (
+        fake_bench(layout, p.memory, simulated) if cls.fake_world_obstacle(layout, p.memory) is None else None
+    )
     allocated, reserved = measured["peak_memory_bytes"], measured.get("peak_memory_reserved_bytes")
     comm_equal = measured["comm_bytes_per_step"] == measured["predicted_comm_bytes_per_step"]
     details = {"measured": measured, "fake": fake, "comm_equals_model": comm_equal}

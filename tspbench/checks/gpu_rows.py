@@ -21,16 +21,25 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tspbench.analytic.profile_choice import HardwareChoice
+from tspbench.analytic import prices
+from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.calibrate.launches import timed
 from tspbench.checks.gpu_plan import Check, Plan
 from tspbench.core.spec import Layout, ModelConfig
 from tspbench.measure.bench import bench
+from tspbench.measure.env import device_name
 from tspbench.model.attention import causal_attention
 
 ATTENTION_SPEED_LIMIT = 1.05  # the model's attention over SDPA's default, forward + backward
 TPOT_FLOOR_LIMIT = 1.3  # graphed TPOT over its bytes-over-bandwidth floor
 INFER_PEAK_SPREAD = 1e-3  # relative spread allowed between the steps' allocator peaks
+
+
+def device_profile(device: str) -> HardwareChoice:
+    """The profile of the device a row measures on, by profile_choice's rule for a measured point
+    (cpu, else the shipped profile its GPU's name matches): for the rows priced on the device's
+    own profile rather than calibrate's, chosen here so that measure/ is handed its profile."""
+    return choose_profile(None, device=device, device_name=device_name(device), measured=True)
 
 
 def attention_pairs(seq: int, heads: int, d: int, device: str, dtype: torch.dtype) -> dict[str, tuple]:
@@ -76,9 +85,9 @@ def attention_speed_check(device: str, quick: bool) -> Check:
     return Check("attention/speed", "passed" if ok else "failed", summary, rows)
 
 
-def inference_memory_check(p: Plan, hardware: HardwareChoice | None) -> Check:
+def inference_memory_check(p: Plan, hardware: HardwareChoice) -> Check:
     workload = p.memory.with_(mode="infer")
-    record = bench(Layout("dp", dp=1), workload, steps=2, warmup=1, timeout=900, hardware=hardware)
+    record = bench(Layout("dp", dp=1), workload, hardware, steps=2, warmup=1, timeout=900)
     if record["status"] != "completed":
         return Check("memory/infer", "failed", f"{record['status']}: {record.get('error')}", record)
     peaks = record["peak_memory_step_bytes"]
@@ -93,9 +102,9 @@ def inference_memory_check(p: Plan, hardware: HardwareChoice | None) -> Check:
 
 def step_check(p: Plan, quick: bool, hardware: HardwareChoice | None) -> Check:
     lengths = (8192, 32768) if p.device == "cuda" and not quick else (256, 1024)
-    records, parts = {}, []
+    records, parts, own = {}, [], device_profile(p.device)
     for seq in lengths:
-        r = bench(Layout("dp", dp=1), p.memory.with_(seq_len=seq), steps=3, warmup=1, timeout=900)
+        r = bench(Layout("dp", dp=1), p.memory.with_(seq_len=seq), own, steps=3, warmup=1, timeout=900)
         records[seq] = r
         if r["status"] != "completed":
             return Check("step", "failed", f"{seq} tokens: {r['status']}", records)
@@ -109,7 +118,7 @@ def decode_floor_s(record: dict, model: ModelConfig, element_size: int, bandwidt
     the steps) over the measured HBM bandwidth, in seconds."""
     s, n = record["seq_len"], record["decode_tokens"]
     cache = record["kv_cache_bytes"] * (s + (n + 1) / 2) / (s + n)
-    return (model.n_params * element_size + cache) / (bandwidth_gbs * 1e9)
+    return prices.memory_seconds(model.n_params * element_size + cache, bandwidth_gbs)
 
 
 def decode_tpot_check(p: Plan, quick: bool, hardware: HardwareChoice | None) -> Check:
@@ -119,8 +128,11 @@ def decode_tpot_check(p: Plan, quick: bool, hardware: HardwareChoice | None) -> 
         model=model, mode="decode", seq_len=16384 if cuda else 256, batch=4, decode_tokens=32 if cuda else 8
     )
     modes = (True, False) if p.device == "cuda" else (False,)
+    own = device_profile(p.device)
     runs = {
-        graphed: bench(Layout("dp", dp=1), workload, steps=3, warmup=1, timeout=900, decode_graphs=graphed)
+        graphed: bench(
+            Layout("dp", dp=1), workload, own, steps=3, warmup=1, timeout=900, decode_graphs=graphed
+        )
         for graphed in modes
     }
     details = {("graphed" if g else "eager"): r for g, r in runs.items()}

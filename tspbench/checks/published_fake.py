@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from tspbench.analytic.profile_choice import choose_profile
 from tspbench.checks.published import Published, fake_record_path
 from tspbench.core.files import write_atomic
 from tspbench.measure.fake import fake_bench
@@ -31,7 +32,8 @@ def execute_published(
         if (path.exists() and not rerun) or path in written:
             continue
         say(f"{entry.id}: executing {layout.describe()} at {workload.seq_len} tokens in the fake world")
-        record = fake_bench(layout, workload, ranks=[0], trace_path=path.with_suffix(".npz"))
+        hardware = choose_profile(None, device=workload.device, measured=False)  # the fake world's rule
+        record = fake_bench(layout, workload, hardware, ranks=[0], trace_path=path.with_suffix(".npz"))
         record["trace_path"] = path.with_suffix(".npz").name  # beside the record, in the repository
         record["published_entries"] = [e.id for e in published.predicted() if e.point() == (layout, workload)]
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tspbench.analytic.profile_choice import named_profile
+from tspbench.analytic.profile_choice import choose_profile, named_profile
 from tspbench.analytic.replayed import reprice
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
@@ -31,13 +31,19 @@ def trace_cost(out: Path, rounds: int = 2) -> dict:
     written to ``out`` (JSON) and returned."""
     tmp = Path(tempfile.mkdtemp())
     seconds: dict[bool, list[float]] = {False: [], True: []}
+    hardware = choose_profile(None, device=WORKLOAD.device, measured=False)  # the paper's MI300X
     for _ in range(rounds):
         for traced in (False, True):
             record = fake_bench(
-                LAYOUT, WORKLOAD, ranks=[0], trace=traced, trace_path=tmp / "rank0.npz" if traced else None
+                LAYOUT,
+                WORKLOAD,
+                hardware,
+                ranks=[0],
+                trace=traced,
+                trace_path=tmp / "rank0.npz" if traced else None,
             )
             seconds[traced].append(record["fake_seconds"])
-    group = fake_bench(LAYOUT, WORKLOAD, trace_path=tmp / "group.npz")
+    group = fake_bench(LAYOUT, WORKLOAD, hardware, trace_path=tmp / "group.npz")
     traces, _ = load_traces(tmp / "group.npz")
     replay = {}
     for name in ("mi300x", "h100"):

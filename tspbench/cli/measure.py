@@ -221,12 +221,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         record = bench(
             layout,
             workload,
+            hardware,
             5 if args.steps is None else args.steps,
             2 if args.warmup is None else args.warmup,
             1 if args.repeats is None else args.repeats,
             args.capacity,
             args.timeout,
-            hardware,
             args.trace,
             decode_graphs=decode_graphs_arg(args, workload),
         )
@@ -296,9 +296,9 @@ def bench_fake(
             return fake_bench(
                 layout,
                 workload,
+                hardware,
                 args.capacity,
                 args.timeout,
-                hardware,
                 args.fake_ranks,
                 world,
                 args.trace,

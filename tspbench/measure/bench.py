@@ -17,8 +17,8 @@ the model with that median step.
 Each record carries the analytic model's prediction beside the measurement (peak memory, comm
 bytes, hardware FLOPs, the step time), with the signed errors, the traced step's replay (the
 timeline) and the MFU: all priced on the point's one hardware profile, chosen by
-tspbench.analytic.profile_choice (the one named, else the device's) and named in the record
-(``hardware_choice``: which and why).
+its caller (tspbench.analytic.profile_choice: the one named, else the device's) and named in the
+record (``hardware_choice``: which and why).
 
 A failure never escapes as an exception: out-of-memory on any rank gives status ``oom``, a rank
 that raises ``failed`` with its traceback, a world that outlives its timeout ``timeout``.
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.mfu import mfu_fields
 from tspbench.analytic.predict import predict
-from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
+from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.replayed import timeline_fields
 from tspbench.core.errors import WorkloadError
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
@@ -45,7 +45,7 @@ from tspbench.costs.flops import model_flops_per_step
 from tspbench.dist.launch import LaunchTimeout, RankError, launch
 from tspbench.measure import schedstat
 from tspbench.measure.decode_bench import decode_prediction_fields, decode_record, rank_bench_decode
-from tspbench.measure.env import device_name, environment
+from tspbench.measure.env import environment
 from tspbench.measure.runner import RankRun
 from tspbench.strategy import check_layout
 
@@ -157,6 +157,7 @@ def prediction_fields(layout: Layout, workload: Workload, record: dict, hw: Hard
         "predicted_hardware_flops_per_gpu": p.flops.total,
         "predicted_hardware": p.hardware.name,
         **p.time.to_dict("predicted_"),
+        **p.extra,  # crossing_axes, internode_comm_s, internode_share (tspbench.analytic.internode)
     }
     if record.get("status") == "completed":
         out["predicted_memory_error"] = p.memory.peak_bytes / record["peak_memory_bytes"] - 1
@@ -191,12 +192,6 @@ def completed_record(
     return record
 
 
-def device_profile(workload: Workload) -> HardwareChoice:
-    """The profile of the device a measured point runs on, where its caller names none."""
-    name = device_name(workload.device)
-    return choose_profile(None, device=workload.device, device_name=name, measured=True)
-
-
 def check_cache_fits(cache_bytes: int, capacity_bytes: int | None) -> None:
     """A KV cache larger than the device (``--capacity``, or the GPU here): refused before any rank
     starts. A cache that fits but leaves too little for the run is an ``oom`` record."""
@@ -225,22 +220,22 @@ def decode_graphs_setting(workload: Workload, asked: bool | None) -> bool:
 def bench(
     layout: Layout,
     workload: Workload,
+    hardware: HardwareChoice,
     steps: int = 5,
     warmup: int = 2,
     repeats: int = 1,
     capacity_bytes: int | None = None,
     timeout: float = 600.0,
-    hardware: HardwareChoice | None = None,
     trace_path: Path | None = None,
     decode_graphs: bool | None = None,
 ) -> dict[str, object]:
     """Measure one point; returns the flat record (``status`` says how it ended). ``hardware``:
-    the point's profile, chosen by its caller (tspbench.analytic.profile_choice.choose_profile);
-    None: the device's, chosen here. ``trace_path``: where the traced step goes (.npz, or a
-    Chrome trace .json / .json.gz; see tspbench.analytic.replayed). ``decode_graphs``: decode
-    steps replayed as CUDA graphs (default: on CUDA; never elsewhere)."""
+    the point's profile, chosen by its caller where the command, sweep or check starts
+    (tspbench.analytic.profile_choice), so a record is priced on the profile its caller names.
+    ``trace_path``: where the traced step goes (.npz, or a Chrome trace .json / .json.gz; see
+    tspbench.analytic.replayed). ``decode_graphs``: decode steps replayed as CUDA graphs
+    (default: on CUDA; never elsewhere)."""
     cls = check_layout(layout, workload)
-    choice = hardware or device_profile(workload)
     decode = workload.mode == "decode"
     graphs = decode_graphs_setting(workload, decode_graphs)
     if decode:
@@ -255,31 +250,42 @@ def bench(
     if decode:
         record["decode_cuda_graphs"] = graphs
     try:
+        settings = (steps, warmup, repeats, capacity_bytes, *((graphs,) if decode else ()))
         ranks = launch(
             rank_bench_decode if decode else rank_bench,
             layout.world_size,
             layout,
             workload,
-            steps,
-            warmup,
-            repeats,
-            capacity_bytes,
-            *((graphs,) if decode else ()),
+            *settings,
             device=workload.device,
             timeout=timeout,
         )
-        if decode:
-            record.update(status="completed", error=None, **decode_record(layout, workload, ranks))
-            record.update(decode_prediction_fields(layout, workload, record, choice.hardware))
-            record["hardware_choice"] = choice.reason
-        else:
-            record.update(completed_record(layout, workload, ranks, choice, trace_path))
+        record.update(finished_record(layout, workload, ranks, hardware, trace_path))
     except RankError as exc:
         status = "oom" if exc.is_oom else "failed"
         record.update(status=status, error=excerpt(str(exc)), failed_rank=exc.rank)
-        record.update(predictions(layout, workload, record, choice.hardware), hardware_choice=choice.reason)
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
-        record.update(predictions(layout, workload, record, choice.hardware), hardware_choice=choice.reason)
+    if record["status"] != "completed":  # the model's numbers still stand beside the failure
+        record.update(
+            predictions(layout, workload, record, hardware.hardware), hardware_choice=hardware.reason
+        )
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
+    return record
+
+
+def finished_record(
+    layout: Layout, workload: Workload, ranks: list[dict], choice: HardwareChoice, trace_path: Path | None
+) -> dict[str, object]:
+    """The record of a point whose ranks all returned: a decode run's (its own model, no
+    timeline), else ``completed_record``'s; all on the point's profile ``choice``."""
+    if workload.mode != "decode":
+        return completed_record(layout, workload, ranks, choice, trace_path)
+    record: dict[str, object] = {
+        "status": "completed",
+        "error": None,
+        **decode_record(layout, workload, ranks),
+    }
+    record.update(decode_prediction_fields(layout, workload, record, choice.hardware))
+    record["hardware_choice"] = choice.reason
     return record

@@ -1,6 +1,6 @@
 """The fake world: the real step of a rank of any world, executed with no memory and no GPU.
 
-``fake_bench(layout, workload)`` runs the ranks of one model-parallel group (ranks 0 .. R-1 of
+``fake_bench(layout, workload, hardware)`` runs the ranks of one model-parallel group (ranks 0 .. R-1 of
 the world: every data-parallel replica does the same) with the same ``RankRun`` step as a
 real run, under FakeTensorMode (torch._subclasses.fake_tensor: real shapes, dtypes and
 devices, no values, no storage) on a fake process group of the full world size
@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from tspbench.analytic.hardware import Hardware
-from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
+from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.replayed import timeline_fields
 from tspbench.core.records import attention_kernel_field, busiest_comm, comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
@@ -184,9 +184,9 @@ def decode_fields(layout: Layout, workload: Workload, ranks: list[dict]) -> dict
 def fake_bench(
     layout: Layout,
     workload: Workload,
+    hardware: HardwareChoice,
     capacity_bytes: int | None = None,
     timeout: float = 1800.0,  # seconds per rank
-    hardware: HardwareChoice | None = None,
     ranks: list[int] | None = None,
     world: FakeWorld | None = None,
     trace_path: Path | None = None,
@@ -194,14 +194,13 @@ def fake_bench(
 ) -> dict[str, object]:
     """Execute one point in the fake world; the flat record (``source: fake``): no measured time,
     the step's replay (tspbench.analytic.timeline) as the ``timeline_`` fields and the model's
-    predictions, both on ``hardware``, the point's profile (None: tspbench.analytic.
-    profile_choice's default, the paper's MI300X for a simulated GPU, ``cpu`` for a CPU world),
-    its traces written to ``trace_path`` if given (.npz, or a Chrome trace); ``trace=False`` leaves
-    the step untraced (no timeline; what tracing costs, benchmarks/). ``world`` is a pool
-    of worker processes to reuse (a sweep's); by default the point gets one of its own, a worker
-    per core."""
+    predictions, both on ``hardware``, the point's profile, chosen by its caller where the
+    command, sweep or check starts (tspbench.analytic.profile_choice; its rule for a fake world:
+    the paper's MI300X for a simulated GPU, ``cpu`` for a CPU world); its traces written to
+    ``trace_path`` if given (.npz, or a Chrome trace); ``trace=False`` leaves the step untraced
+    (no timeline; what tracing costs, benchmarks/). ``world`` is a pool of worker processes to
+    reuse (a sweep's); by default the point gets one of its own, a worker per core."""
     check_fake_world(layout, workload)
-    choice = hardware or choose_profile(None, device=workload.device, measured=False)
     ranks = list(ranks) if ranks is not None else model_parallel_ranks(layout)
     record: dict[str, object] = {
         **point_record(layout, workload, "fake"),
@@ -211,23 +210,16 @@ def fake_bench(
     env = fake_cuda.preload_env(workload.device)  # before anything runs: no compiler is a usage error
     start = time.perf_counter()
     try:
-        args = (
-            fake_rank,
-            ranks,
-            layout.world_size,
-            layout,
-            workload,
-            capacity_bytes,
-            trace and workload.mode != "decode",
-            simulated_kernel(choice.hardware),
-        )
+        traced = trace and workload.mode != "decode"
+        args = (fake_rank, ranks, layout.world_size, layout, workload, capacity_bytes, traced)
+        args += (simulated_kernel(hardware.hardware),)
         if world is not None:
             results = world.run(*args, timeout=timeout)
         else:
             results = run_fake_ranks(*args, workers=default_workers(ranks), env=env, timeout=timeout)
         record.update(status="completed", error=None, **fake_record(layout, workload, results))
         traces = [r["trace"] for r in results if r["trace"] is not None]
-        record.update(timeline_fields(layout, workload, traces, choice, trace_path))
+        record.update(timeline_fields(layout, workload, traces, hardware, trace_path))
     except RankError as exc:
         record.update(status="oom" if exc.is_oom else "failed", error=excerpt(str(exc)), failed_rank=exc.rank)
         if exc.exc_type == FakeOpError.__name__:
@@ -235,10 +227,16 @@ def fake_bench(
     except LaunchTimeout as exc:
         record.update(status="timeout", error=str(exc))
     record["fake_seconds"] = time.perf_counter() - start
-    record.update(predictions(layout, workload, record, choice.hardware), hardware_choice=choice.reason)
+    record.update(predictions(layout, workload, record, hardware.hardware), hardware_choice=hardware.reason)
+    record.update({f"env_{k}": v for k, v in fake_environment(workload).items()})
+    return record
+
+
+def fake_environment(workload: Workload) -> dict[str, object]:
+    """The host's environment, as the fake world's: the simulated device on this host's CPU,
+    the fake backend (no kernel runs on any device)."""
     host = environment("cpu")
     host.update(
         device=workload.device, backend="fake", device_name=f"fake {workload.device} on {host['device_name']}"
     )
-    record.update({f"env_{k}": v for k, v in host.items()})
-    return record
+    return host

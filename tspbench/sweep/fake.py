@@ -33,7 +33,7 @@ def measure_fake(point: Point, world: FakeWorld | None = None, store: Store | No
     )
     trace = point.trace_path(store.run_dir(point.run_id)) if store is not None else None
     record = fake_bench(
-        point.layout, point.workload, m["capacity_bytes"], point.timeout, hardware, ranks, world, trace
+        point.layout, point.workload, hardware, m["capacity_bytes"], point.timeout, ranks, world, trace
     )
     return {**point.base_record(), **record}
 

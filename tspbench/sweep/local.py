@@ -48,7 +48,7 @@ def measurer(experiment_hardware: str | None, store: Store | None = None) -> Mea
             measured=True,
         )
         return bench(
-            point.layout, point.workload, steps, warmup, repeats, capacity, point.timeout, choice, trace
+            point.layout, point.workload, choice, steps, warmup, repeats, capacity, point.timeout, trace
         )
 
     return measure
