@@ -70,12 +70,12 @@ def ring_traffic(strategy: Strategy, axis: str, heads: int, kv_heads: int) -> li
     per_chunk = strategy.local_batch * tokens * kv_heads * cfg.head_dim
     kv, grads = 2 * per_chunk * w.element_size, 2 * per_chunk * max(w.element_size, 4)
     block = 2.0 * strategy.local_batch * tokens * tokens * heads * cfg.head_dim
-    ring = dict(hidden=True, window="ring")
-    out = [Traffic("send_recv", (axis,), kv, (parts - 1) * L, "forward", "core", window_flops=block, **ring)]
-    if w.mode == "train":
+    fwd, bwd = dict(hidden=True, window="ring forward"), dict(hidden=True, window="ring backward")
+    out = [Traffic("send_recv", (axis,), kv, (parts - 1) * L, "forward", "core", window_flops=block, **fwd)]
+    if w.mode == "train":  # a recomputed forward keeps its own window: it runs before the backward
         out += [
-            Traffic("send_recv", (axis,), kv, (parts - 1) * L, "backward", window_flops=2 * block, **ring),
-            Traffic("send_recv", (axis,), grads, (parts - 1) * L, "backward", window_flops=2 * block, **ring),
+            Traffic("send_recv", (axis,), kv, (parts - 1) * L, "backward", window_flops=2 * block, **bwd),
+            Traffic("send_recv", (axis,), grads, (parts - 1) * L, "backward", window_flops=2 * block, **bwd),
             Traffic("send_recv", (axis,), grads, L, "backward"),
         ]
     return out
