@@ -51,10 +51,6 @@ ALLOWED = {
         "calibrate measures a profile: the element-wise bandwidth it just measured, GB/s -> bytes/s, "
         "for step_figures to turn measured seconds into passes (the inverse of a price)"
     ),
-    ("tspbench/calibrate/profile.py", "_collectives"): (
-        "calibrate fits a profile that does not exist yet (no Hardware to price on): a batched "
-        "call's latency is its measured time less the transfer at the bandwidth just fitted"
-    ),
 }
 
 

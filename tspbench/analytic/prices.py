@@ -153,6 +153,12 @@ def collective_seconds(
     return latency, BUS_FACTOR[op](group_size) * msg_bytes / bandwidth
 
 
+def transfer_seconds(op: str, group_size: int, msg_bytes: float, gbs: float) -> float:
+    """The transfer alone of ``op`` over ``group_size`` ranks at a bus bandwidth of ``gbs`` GB/s
+    (no latency): what calibrate takes off a batched call's time to find its latency per call."""
+    return BUS_FACTOR[op](group_size) * msg_bytes / (gbs * 1e9)
+
+
 def peer_wait_seconds(hw: Hardware, ranks_on_node: int, chunk_s: float) -> float:
     """What a blocking call after ``chunk_s`` of compute waits for its peers to be scheduled,
     where ranks share a host's cores (``Hardware.sync_s``; 0 on a device of its own)."""

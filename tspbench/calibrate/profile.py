@@ -49,6 +49,7 @@ from functools import partial
 
 import torch
 
+from tspbench.analytic import prices
 from tspbench.calibrate import probes
 from tspbench.calibrate.probes import Rate
 from tspbench.calibrate.step_figures import (
@@ -56,7 +57,6 @@ from tspbench.calibrate.step_figures import (
     Recorder,
     step_figures,
 )
-from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.progress import Progress
 from tspbench.core.spec import ModelConfig
 from tspbench.dist.launch import launch
@@ -285,8 +285,8 @@ def _collectives(rec: Recorder, ranks: int, device: torch.device, repeats: int, 
                      "latency_us": round(latency, 2), "bandwidth_gbs": round(bandwidth, 4)}  # fmt: skip
             if op == "all_reduce":
                 batch = max((r["batched"][n] for r in per_rank), key=lambda t: t.value)
-                per_call = batch.value / COLLECTIVE_CALLS - BUS_FACTOR[op](n) * sizes_bytes[0] / (
-                    bandwidth * 1e9
+                per_call = batch.value / COLLECTIVE_CALLS - prices.transfer_seconds(
+                    op, n, sizes_bytes[0], bandwidth
                 )
                 entry["batched_latency_us"] = round(max(per_call * 1e6, 0.1), 2)
             collectives.append(entry)
