@@ -196,4 +196,5 @@ def describe(config: dict[str, Any]) -> str:
     layout, w = config["layout"], config["workload"]
     degrees = degrees_text(layout["strategy"] or "", layout)
     mode = f"train recompute {w['recompute']}" if w["mode"] == "train" else w["mode"]
-    return f"{layout['strategy']} {degrees} seq {w['seq_len']} batch {w['batch']} {mode}"
+    exchange = f" kv {w['kv_exchange']}" if w.get("kv_exchange", "allgather") != "allgather" else ""
+    return f"{layout['strategy']} {degrees}{exchange} seq {w['seq_len']} batch {w['batch']} {mode}"
