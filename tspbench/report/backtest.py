@@ -158,10 +158,25 @@ def disagreeing(rows: list[dict[str, Any]]) -> list[str]:
 def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
     """The backtest as Markdown: three profiles side by side for time and memory, each profile's
     terms, where two disagree, the errors by sample, the entries listed only."""
+    lines = [
+        *_time_section(rows),
+        *_memory_section(rows),
+        *_terms_sections(rows),
+        *summary_table(summary),
+        *listed_table(rows),
+        "",
+        "Sources:",
+        "",
+        *(f"- {r['id']}: {r['source']}" for r in rows),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _time_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The title, what was predicted on which profiles, and the tokens/s table."""
     first = next((r for r in rows if r["predicted"]), {})
     profiles = ", ".join(f"{label} `{first.get(f'{kind}_profile') or '-'}`" for kind, label in KINDS.items())
-    same = memory_same(rows)
-    lines = [
+    return [
         "# Backtest: published GPU runs predicted by the model",
         "",
         "Predicted by the model (tspbench/analytic/predict.py) on three profiles of the published "
@@ -172,6 +187,12 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
         "## Tokens/s per GPU",
         "",
         *time_table(rows),
+    ]
+
+
+def _memory_section(rows: list[dict[str, Any]]) -> list[str]:
+    """What the memory columns compare, and the table (one model column when the profiles agree)."""
+    return [
         "",
         "## Memory",
         "",
@@ -182,11 +203,17 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
         + (
             " The three profiles give the same memory: it depends on a profile only through its "
             "allocator overhead, 0 in all three."
-            if same
+            if memory_same(rows)
             else ""
         ),
         "",
         *memory_table(rows),
+    ]
+
+
+def _terms_sections(rows: list[dict[str, Any]]) -> list[str]:
+    """Each profile's step by term, then where the Hopper-measured and the calibrated one differ."""
+    return [
         "",
         "## The predicted step by term (seconds)",
         "",
@@ -202,33 +229,40 @@ def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
         f"more than 10% apart: {', '.join(disagreeing(rows)) or 'none'}.",
         "",
         *(differ_lines(rows) or ["No entry is predicted by both."]),
+    ]
+
+
+def summary_table(summary: list[dict[str, Any]]) -> list[str]:
+    """The throughput errors by profile and sample (in sample: the entries a profile was fitted to)."""
+    return [
         "",
         "## Throughput error by sample",
         "",
         "| profile | sample | entries | median abs. error | worst |",
         "|---|---|---|--:|--:|",
+        *(
+            f"| {SUMMARY_KINDS[s['kind']]} | {s['sample']} | {', '.join(s['ids']) or 'none'} "
+            f"| {_num(s['median_abs'], '.1%')} | {_pct(s['worst'])} |"
+            for s in summary
+        ),
     ]
-    for s in summary:
-        ids = ", ".join(s["ids"]) or "none"
-        lines.append(
-            f"| {SUMMARY_KINDS[s['kind']]} | {s['sample']} | {ids} | {_num(s['median_abs'], '.1%')} "
-            f"| {_pct(s['worst'])} |"
-        )
-    lines += [
+
+
+def listed_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The entries listed but not predicted, and why not."""
+    return [
         "",
         "## Listed, not predicted",
         "",
         "| entry | published layout | tokens/s/GPU | why not |",
         "|---|---|--:|---|",
-    ]
-    for r in (r for r in rows if not r["predicted"]):
-        lines.append(
+        *(
             f"| {r['id']} | {r['published_layout']} at {st.tokens_label(r['seq_len'])} "
             f"| {_num(r['published_tokens_per_s_per_gpu'])} | {r['not_predicted']} |"
-        )
-    lines += ["", "Sources:", ""]
-    lines += [f"- {r['id']}: {r['source']}" for r in rows]
-    return "\n".join(lines) + "\n"
+            for r in rows
+            if not r["predicted"]
+        ),
+    ]
 
 
 def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
