@@ -8,10 +8,15 @@ past what the machine or the model allows; cluster profiles reaching sbatch unch
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
+import pytest
 from cli_exit import exit_code
+
+from tspbench.core.errors import DamagedFileError
+from tspbench.core.files import read_input
 
 PREDICT_STUDY = """
 name: tiny
@@ -25,8 +30,9 @@ sweep:
 """
 
 
-def one_line(argv: list[str], says: str, capsys, within_s: float = 5.0) -> str:
-    """``argv`` exits 2 with one line on stderr holding ``says``, nothing on stdout, in time."""
+def one_line(argv: list[str], says: str, capsys, within_s: float = 30.0) -> str:
+    """``argv`` exits 2 with one line on stderr holding ``says``, nothing on stdout, in time (a
+    first import of torch on a loaded 2-core host takes seconds: the bound catches a hang)."""
     start = time.perf_counter()
     rc = exit_code(argv)
     seconds = time.perf_counter() - start
@@ -71,3 +77,35 @@ def test_report_regenerates_its_own_folder_and_deletes_only_what_it_wrote(tmp_pa
     assert (out / "notes.txt").read_text() == "mine"
     assert (out / "tpot_tails.png").is_file()
     assert (out / "report.md").read_text().startswith("# tiny")
+
+
+# ------------------------------------------------------------------ 2. reads that would block
+
+
+def special_files(folder: Path) -> dict[str, Path]:
+    """A FIFO, a link to /dev/zero and a folder, each named like a profile."""
+    folder.mkdir(exist_ok=True)
+    fifo, zero, inside = folder / "fifo.yaml", folder / "zero.yaml", folder / "dir.yaml"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    inside.mkdir()
+    return {"fifo": fifo, "zero": zero, "folder": inside}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "folder"])
+def test_a_fifo_or_device_given_for_a_file_is_one_line_at_once(kind: str, tmp_path: Path, capsys) -> None:
+    path = special_files(tmp_path / "in")[kind]
+    says = "is a folder" if kind == "folder" else "not a regular file"
+    predict = ["predict", "--strategy", "tp", "--tp", "2", "--model", "tiny", "--hardware", str(path)]
+    one_line(predict, says, capsys)
+    if kind != "folder":  # a folder given for an experiment lists its YAML files instead
+        one_line(["run", str(path), "--executor", "predict"], says, capsys)
+        one_line(["replay", str(path)], says, capsys)
+
+
+def test_an_input_past_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * 2048)
+    with pytest.raises(DamagedFileError, match="larger than the 1,024 bytes"):
+        read_input(big, limit=1024)
+    assert read_input(big, limit=4096) == b"#" * 2048

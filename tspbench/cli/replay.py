@@ -39,7 +39,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from tspbench.core.trace import load_traces
 
     path = args.traces / "trace.npz" if args.traces.is_dir() else args.traces
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device: load_traces refuses it, saying what it is
         raise UsageError(f"{path}: no such trace file (bench --trace X.npz, or run.trace: true, writes one)")
     if args.trace is not None:
         output_path(args.trace, "--trace", folder=False)

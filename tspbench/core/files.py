@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from tspbench.core.errors import OutputError, UsageError
+from tspbench.core.errors import DamagedFileError, OutputError, UsageError
 
 _UMASK = os.umask(0o022)  # read once (os.umask can only be read by setting it) ...
 os.umask(_UMASK)  # ... and put back at once
@@ -71,6 +72,63 @@ def _replace(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+INPUT_LIMIT = 64 * 2**20  # bytes: the largest input file read whole (a profile, a record, a YAML)
+
+
+def read_input(path: Path, limit: int = INPUT_LIMIT, error: type[UsageError] = DamagedFileError) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them, else ``error`` naming it.
+
+    Every input file is read here (#45): a FIFO given for a file would block the reader forever
+    and a link to /dev/zero would be read until memory runs out, so the file is opened without
+    blocking, refused unless it is a regular file, and read no further than ``limit`` bytes."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+        raise error(f"{path}: is {kind}; expected a file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise error(f"{path}: larger than the {limit:,} bytes an input file may have")
+    return data
+
+
+def check_regular(path: Path, error: type[UsageError] = DamagedFileError) -> Path:
+    """``path`` if it names a regular file (links followed), else ``error``: for readers that open
+    the file themselves (np.load), so that a FIFO or a device is refused without opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path  # the reader's own "not found" says it best
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+        raise error(f"{path}: is {kind}; expected a file")
+    return path
+
+
+def read_input_text(path: Path, limit: int = INPUT_LIMIT, error: type[UsageError] = DamagedFileError) -> str:
+    """``read_input`` decoded as UTF-8, a byte that is not one being ``error`` naming the file."""
+    data = read_input(path, limit, error)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        byte = f"0x{data[exc.start]:02x}"
+        raise error(f"{path}: not UTF-8 text: byte {byte} at line {line} (save it as UTF-8)") from None
 
 
 def check_suffix(path: Path, flag: str, allowed: tuple[str, ...]) -> Path:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tspbench.core.errors import DamagedFileError
-from tspbench.core.files import write_atomic
+from tspbench.core.files import check_regular, write_atomic
 
 COMPUTE, ISSUE, WAIT, RECORD, STREAM, MARK = range(6)
 VIEW, GEMM, ATTENTION, ELEMENTWISE, COLLECTIVE = range(5)
@@ -161,6 +161,7 @@ def save_traces(path: Path, traces: list[RankTrace], meta: dict | None = None) -
 def load_traces(path: Path) -> tuple[list[RankTrace], dict]:
     """The traces and meta written by ``save_traces``; a DamagedFileError naming ``path`` for
     anything else (empty, truncated, flipped bytes, a Chrome trace where the .npz belongs)."""
+    check_regular(path)  # a FIFO would block, /dev/zero never end (#45)
     chrome = _chrome_trace(path)
     if path.is_file() and path.stat().st_size == 0:
         raise DamagedFileError(f"{path}: an empty file, not a tspbench trace (.npz)")

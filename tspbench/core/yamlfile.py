@@ -14,8 +14,10 @@ from typing import Any
 import yaml
 
 from tspbench.core.errors import UsageError
+from tspbench.core.files import read_input_text
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+YAML_LIMIT = 4 * 2**20  # bytes: far past any profile or experiment file
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -51,14 +53,7 @@ def parse_yaml(text: str) -> Any:
 def read_yaml(path: Path, error: type[UsageError] = UsageError) -> Any:
     """The YAML document in ``path``; ``error`` with one line naming the file (and the line)
     when its bytes are not UTF-8, it is not valid YAML, or a mapping names a key twice."""
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise error(
-            f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} (save it as UTF-8)"
-        ) from None
+    text = read_input_text(path, YAML_LIMIT, error)  # a regular file, bounded: never a FIFO
     try:
         return parse_yaml(text)
     except yaml.YAMLError as exc:

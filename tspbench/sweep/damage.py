@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tspbench.core.errors import UsageError
+from tspbench.core.errors import DamagedFileError, UsageError
+from tspbench.core.files import read_input_text
 from tspbench.core.names import STATUSES
 
 RUN_FILES = ("point.json", "status.json", "result.json")
@@ -53,12 +54,12 @@ class DamagedResults(UsageError):
 
 def _read(path: Path) -> tuple[Any, str | None]:
     """(the parsed JSON or None if absent, what is wrong with it or None)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot be read ({exc})"
+    try:
+        text = read_input_text(path)  # a regular file of bounded size (#45)
+    except DamagedFileError as exc:
+        return None, f"cannot be read ({str(exc).removeprefix(f'{path}: ')})"
     try:
         return json.loads(text), None
     except ValueError as exc:

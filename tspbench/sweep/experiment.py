@@ -156,7 +156,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         inside = sorted(p.name for p in path.glob("*.yaml"))
         hint = f"the YAML files in it: {', '.join(inside)}" if inside else "it holds no .yaml files"
         raise ExperimentError(f"{path}: is a folder, not an experiment file; {hint}")
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device exists: read_yaml refuses it, saying so
         here = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
         hint = f" (found there: {', '.join(here)})" if here else ""
         raise ExperimentError(f"{path}: no such experiment file{hint}")

@@ -41,6 +41,7 @@ from tspbench.sweep.store import Store
 
 START_MARGIN_MIN = 3  # job time limit = point timeout + this (imports, rendezvous, writing)
 QUERY_TIMEOUT_S = 30.0
+SBATCH_TIMEOUT_S = 120  # an sbatch that has not answered by then never will (#45): its points fail
 SINFO_TIMEOUT_S = 10.0  # before anything is submitted: a controller that does not answer is skipped
 VANISHED_GRACE_S = 15.0
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
@@ -115,7 +116,7 @@ def check_cluster_size(points: list[Point], profile: Profile, experiment: Path) 
 
 
 def _require_slurm() -> None:
-    missing = [b for b in ("sbatch", "squeue", "scancel") if shutil.which(b) is None]
+    missing = [b for b in ("sbatch", "srun", "squeue", "scancel") if shutil.which(b) is None]
     if missing:
         raise UsageError(f"slurm executor: {', '.join(missing)} not found; run on a Slurm login node")
 
@@ -151,6 +152,27 @@ class Submission:
         ]
 
 
+class TimedExecutor(submitit.SlurmExecutor):
+    """submitit's executor with its sbatch call under ``timeout`` (coreutils): submitit waits on
+    sbatch with no limit, so a controller that never answers would hang the sweep forever. timeout
+    kills sbatch's whole process group; submitit then raises, and the points fail, saying why."""
+
+    def _make_submission_command(self, submission_file_path: Path) -> list[str]:
+        command = super()._make_submission_command(submission_file_path)
+        if shutil.which("timeout") is None:
+            return command
+        return ["timeout", "--kill-after=5", str(SBATCH_TIMEOUT_S), *command]
+
+
+def sbatch_failure(exc: Exception) -> str:
+    """One line saying why an sbatch call failed: its own error, or that it never answered."""
+    code = getattr(exc.__cause__, "returncode", None)
+    if code in (124, 137):
+        return f"sbatch did not answer within {SBATCH_TIMEOUT_S} s (is slurmctld up?)"
+    text = " ".join(str(exc).split())[:2000]
+    return f"sbatch failed: {text or f'exit status {code}'}"
+
+
 # SlurmExecutor parameters that are not sbatch options (submitit's _make_sbatch_string leaves them out)
 SUBMITIT_ONLY = {"setup", "srun_args", "additional_parameters", "array_parallelism"}
 
@@ -173,7 +195,7 @@ def submit(
     priced on ``hardware`` (the experiment's profile), else on its node's device's, chosen there."""
     submitted: list[tuple[Point, str]] = []
     for job in submissions(points, profile):
-        executor = submitit.SlurmExecutor(folder=store.root / ".slurm" / "%j", max_num_timeout=0)
+        executor = TimedExecutor(folder=store.root / ".slurm" / "%j", max_num_timeout=0)
         executor.update_parameters(**job.parameters(profile))
         for p in job.points:
             store.queue(p.run_id, executor="slurm", slurm_job_id=None)
@@ -183,7 +205,7 @@ def submit(
                     executor.submit(PointTask(str(store.root), p.to_json(), hardware)) for p in job.points
                 ]
         except Exception as exc:  # sbatch rejected it: the points fail, the other groups go on
-            message = f"sbatch failed: {str(exc).strip()[:2000]}"
+            message = sbatch_failure(exc)
             progress.note(f"{job.nodes} node(s) x {job.tasks_per_node} task(s): {message}")
             for p in job.points:
                 store.finish(p.run_id, "failed", error=message)

@@ -43,7 +43,7 @@ from typing import Any
 import pandas as pd
 
 from tspbench.core.errors import UsageError
-from tspbench.core.files import FILE_MODE, write_atomic
+from tspbench.core.files import FILE_MODE, read_input_text, write_atomic
 from tspbench.core.names import AXES, FINAL_STATUSES, INTERRUPTED
 from tspbench.core.units import excerpt, format_bytes
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
@@ -63,8 +63,8 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(read_input_text(path))  # a regular file of bounded size (#45)
+    except (OSError, ValueError, UsageError):
         return None
 
 
