@@ -32,3 +32,16 @@ def test_zigzag_area_counts_each_rank_s_chunk_pairs() -> None:
         for rank in range(parts):
             covered = sum((i + 1) * chunk * chunk for i in (rank, 2 * parts - 1 - rank))
             assert flops.zigzag_rectangle(seq // parts, seq, parts) == covered
+
+
+def test_each_kv_exchange_s_kernel_area_by_hand() -> None:
+    """P = 2, C = 4 (S = 16): the all-gather's calls cover C^2 (2P + 1) (two offset chunks);
+    the ring's a 2C x 2C causal square and P - 1 blocks of 2C x C; Ulysses' the whole S x S
+    square for 1/P of the heads, S^2 / P per rank's heads (#48)."""
+    c, p = 4, 2
+    assert flops.zigzag_rectangle(8, 16, p) == c * c * 5
+    assert flops.zigzag_rectangle(8, 16, p, "ring") == (2 * c) ** 2 + (p - 1) * 2 * c * c
+    assert flops.zigzag_rectangle(8, 16, p, "ulysses") == 16 * 16 / p
+    assert flops.causal_fraction(p, "ring") == (2 * c) ** 2 / flops.zigzag_rectangle(8, 16, p, "ring")
+    assert flops.causal_fraction(p, "ulysses") == 1.0
+    assert (flops.causal_block(8, 16, p, "ring"), flops.causal_block(8, 16, p, "ulysses")) == (8, 16)
