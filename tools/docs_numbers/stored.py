@@ -19,10 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.report.formats import LABEL
+from tspbench.report.legend import LAYOUTS
 from tspbench.sweep.store import load
-
-AXIS = {"dp": "dp", "tp": "tp", "sp": "sp", "tsp": "tsp", "fsdp": "fsdp", "fsdp_sp": "sp"}
 
 
 @dataclass
@@ -46,11 +44,9 @@ def stored_json(results: Path, relative: str) -> Any:
 
 
 def layout_name(row: pd.Series) -> str:
-    """'TSP 8', 'TP+SP 2x4': the strategy and its degree on the axis it shards."""
-    s = row["strategy"]
-    if s == "tp_sp":
-        return f"TP+SP {int(row['tp'])}x{int(row['sp'])}"
-    return f"{LABEL[s]} {int(row[AXIS[s]])}"
+    """'TSP 8', 'TP+SP 2x4': the strategy's label and its degrees on the axes it shards (legend.py)."""
+    look = LAYOUTS[row["strategy"]]
+    return f"{look.label} {'x'.join(str(int(row[axis])) for axis in look.axes)}"
 
 
 def named(df: pd.DataFrame) -> pd.DataFrame:

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tspbench.report.legend import LAYOUTS
+
 GIB, MIB = 2**30, 2**20
-LABEL = {
-    "dp": "DP",
-    "tp": "TP",
-    "sp": "SP",
-    "tp_sp": "TP+SP",
-    "tsp": "TSP",
-    "fsdp": "FSDP",
-    "fsdp_sp": "FSDP+SP",
-}
+LABEL = {name: look.label for name, look in LAYOUTS.items()}  # "TP+SP": the one table, legend.py
 KINDS = ("gemm", "attention", "elementwise")
 
 Values = dict[str, Any]  # a str, a tools/docs_numbers Part or None for each name a template quotes

@@ -19,8 +19,9 @@ from tspbench.analytic.profile_choice import named_profile, profile_name
 from tspbench.core.errors import HardwareError
 from tspbench.core.names import AXES, CATEGORIES, PHASES
 from tspbench.core.units import degrees_text
+from tspbench.report.legend import LAYOUTS
 
-STRATEGY_RANK = {s: i for i, s in enumerate(("dp", "fsdp", "tp", "sp", "tp_sp", "fsdp_sp", "tsp"))}
+STRATEGY_RANK = {s: i for i, s in enumerate(LAYOUTS)}
 RECOMPUTE_RANK = {"none": 0, "selective": 1, "op": 2, "full": 3}
 
 

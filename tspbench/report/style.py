@@ -26,14 +26,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from tspbench.core.files import write_atomic
+from tspbench.report.legend import LAYOUTS
 
 _CB = sns.color_palette("colorblind").as_hex()
-KNOWN_STRATEGIES = ("dp", "tp", "sp", "tp_sp", "tsp", "fsdp", "fsdp_sp")
-STRATEGY_COLORS = {
-    "dp": _CB[7], "tp": _CB[0], "sp": _CB[2], "tp_sp": _CB[4], "tsp": _CB[3],
-    "fsdp": _CB[5], "fsdp_sp": _CB[9],
-}  # fmt: skip
-STRATEGY_MARKERS = {"dp": "v", "tp": "s", "sp": "^", "tp_sp": "D", "tsp": "o", "fsdp": "h", "fsdp_sp": "P"}
+KNOWN_STRATEGIES = tuple(LAYOUTS)  # their colors and markers: the one table, legend.py
+STRATEGY_COLORS = {name: _CB[look.color] for name, look in LAYOUTS.items()}
+STRATEGY_MARKERS = {name: look.marker for name, look in LAYOUTS.items()}
 EXTRA_COLORS = [_CB[i] for i in (1, 6, 8)] + sns.color_palette("dark", 10).as_hex()
 EXTRA_MARKERS = ("*", "<", ">", "p", "d", "H", "8")
 DASHES = ("", (5, 2), (1.5, 1.5), (6, 1.5, 1.5, 1.5), (3, 1), (8, 2, 2, 2, 2, 2))
