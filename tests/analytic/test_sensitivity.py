@@ -84,3 +84,31 @@ def test_no_break_even_inside_a_range_that_does_not_flip() -> None:
     (row,) = sens.break_evens(Layout("tsp", tsp=8), Layout("tp", tp=8), W16K, MI300X, [gemm])
     assert row.ratio < 1 and row.ratio_low < 1 and row.ratio_high < 1
     assert row.value is None
+
+
+def test_a_band_holds_the_points_own_speed_and_reaches_the_tornados_ends() -> None:
+    """The band a projected figure draws: the point's tokens/s inside it, its ends the slowest and
+    fastest of the one-at-a-time moves (each end priced as a hand-edited profile would be)."""
+    tsp8 = Layout("tsp", tsp=8)
+    ring = sens.figure_named(MI300X, "ring_shift_gbs")
+    got = sens.band(tsp8, W16K, MI300X, [ring])
+    own = predict(tsp8, W16K, MI300X).tokens_per_s_per_gpu
+    ends = [predict(tsp8, W16K, ring.at(MI300X, v)).tokens_per_s_per_gpu for v in (ring.low, ring.high)]
+    assert got.low <= own == got.base <= got.high
+    assert (got.low, got.high) == pytest.approx((min(ends), max(ends)))
+    assert got.width > 0  # TSP's ring shift is assumed, and its step reads it
+    whole = sens.band(tsp8, W16K, MI300X)
+    assert whole.low <= got.low and whole.high >= got.high  # every figure: at least as wide
+
+
+def test_a_profile_measured_throughout_has_no_band() -> None:
+    """Only what the profile assumes opens the band: every figure marked measured, it is one value."""
+    from dataclasses import fields
+
+    from tspbench.analytic.hardware import Hardware
+
+    measured = replace(MI300X, provenance={f.name: "measured: here" for f in fields(Hardware)})
+    assert {f.provenance for f in sens.figures(measured)} == {"measured"}
+    got = sens.band(Layout("tp", tp=8), W16K, measured)
+    own = predict(Layout("tp", tp=8), W16K, MI300X).tokens_per_s_per_gpu
+    assert got.width == 0 and got.low == got.base == own

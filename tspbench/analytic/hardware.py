@@ -145,6 +145,11 @@ class Hardware:
         profiled step where it measured one, else the achievable rate (both time models use it)."""
         return self.step_gemm_tflops or self.gemm_tflops
 
+    def ranks_on_node(self, world_size: int) -> int:
+        """Ranks that share one node in a job of ``world_size`` (a job smaller than a node has it
+        to itself): the count every contention share and peer-wait price of a step is read at."""
+        return min(world_size, self.gpus_per_node)
+
     def share(self, ranks_on_node: int) -> float:
         """The fraction of its device one rank gets when ``ranks_on_node`` ranks run on a node."""
         if self.cores_per_node is None:

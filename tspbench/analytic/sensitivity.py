@@ -226,6 +226,33 @@ def swings(layout: Layout, workload: Workload, hw: Hardware, chosen: Sequence[Fi
     return sorted(rows, key=lambda s: -s.span_s)
 
 
+@dataclass(frozen=True)
+class Band:
+    """The range of a point's tokens/s per GPU as each figure not measured moves over its range,
+    one at a time, the rest held: the envelope of the tornado's ends, not every figure at once
+    (2 prices per figure, where the joint corners would need 2^n)."""
+
+    low: float
+    base: float
+    high: float
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+
+def band(layout: Layout, workload: Workload, hw: Hardware, chosen: Sequence[Figure] = ()) -> Band:
+    """``layout``'s tokens/s per GPU with each unmeasured figure of ``hw`` (or of ``chosen``) at
+    either end of its range: what a projected figure's band draws. A measured figure stays: the
+    band is what the profile's assumptions leave open, so a profile measured throughout has none."""
+    base = priced(layout, workload, hw).tokens_per_s_per_gpu
+    moved = [f for f in (chosen or figures(hw)) if f.provenance != "measured"]
+    ends = [
+        priced(layout, workload, f.at(hw, v)).tokens_per_s_per_gpu for f in moved for v in (f.low, f.high)
+    ]
+    return Band(min([base, *ends]), base, max([base, *ends]))
+
+
 # ----------------------------------------------------------------------------- two layouts' break-even
 
 

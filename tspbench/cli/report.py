@@ -22,9 +22,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tspbench.report.build import report  # matplotlib: only when a report is drawn
 
     out = output_path(Path(args.out), "--out", folder=True) if args.out else None
-    from tspbench.cli.sensitivity import hinge_finder  # the model: the ledger's break-even values
+    from tspbench.cli.sensitivity import band_finder, hinge_finder  # the model: break-evens, bands
 
-    outputs = report(Path(args.results_dir), out, hinge_finder())
+    outputs = report(Path(args.results_dir), out, hinge_finder(), band_finder())
     for out in outputs.experiments or [outputs]:
         made = ", ".join(out.figures) or "none"
         print(f"{out.out_dir}: {len(out.tables)} tables; figures: {made}")

@@ -231,3 +231,27 @@ def hinge_finder() -> Callable[[Comparison], list[Hinge]]:
                 for b in rows]  # fmt: skip
 
     return find
+
+
+def band_finder() -> Callable[[Path], tuple[float, float] | None]:
+    """What a projected figure's band (tspbench.report.band) asks of one stored point: its
+    tokens/s per GPU with each unmeasured figure of the profile it was priced on at either end of
+    its range, one at a time (``sensitivity.band``); None for a point that names no profile."""
+    from functools import cache
+
+    from tspbench.analytic import sensitivity as sens
+    from tspbench.analytic.profile_choice import named_profile
+    from tspbench.sweep.points import Point
+
+    profiles = cache(named_profile)
+
+    def find(run: Path) -> tuple[float, float] | None:
+        record = json.loads((run / "result.json").read_text())
+        name = record.get("predicted_hardware") or record.get("hardware")
+        if not name:
+            return None
+        point = Point.from_json(json.loads((run / "point.json").read_text()))
+        found = sens.band(point.layout, point.workload, profiles(name))
+        return found.low, found.high
+
+    return find

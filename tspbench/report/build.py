@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.files import write_atomic
 from tspbench.report import bars, decode, figures, gantt
+from tspbench.report.band import BandFinder, with_bands
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
 from tspbench.report.ledger import HingeFinder, write_ledger
@@ -58,23 +59,27 @@ def is_experiment(path: Path) -> bool:
 
 
 def report(
-    results_dir: Path, out_dir: Path | None = None, hinges: HingeFinder | None = None
+    results_dir: Path,
+    out_dir: Path | None = None,
+    hinges: HingeFinder | None = None,
+    bands: BandFinder | None = None,
 ) -> ReportOutputs:
     """Write tables, figures and report.md for an experiment folder, or for each experiment under
     a results root (into ``out_dir/<experiment>/``, with an index linking them, and where the
     root holds paper studies, ledger.md: the paper's claims judged from them; ``hinges`` gives
-    the figures each projected verdict rests on, tspbench.report.ledger)."""
+    the figures each projected verdict rests on, tspbench.report.ledger; ``bands`` the range of
+    each projected tokens/s, tspbench.report.band)."""
     results_dir = results_folder(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir / "report"
     claim(out_dir)  # before anything is written: never into a folder holding someone else's files
     if is_experiment(results_dir):
-        return readable_report(results_dir, out_dir)
+        return readable_report(results_dir, out_dir, bands)
     experiments = sorted(p for p in results_dir.iterdir() if p.is_dir() and is_experiment(p))
     if not experiments:
         raise FileNotFoundError(f"{results_dir}: no stored runs (no <run>/point.json here or one level down)")
     for p in experiments:
         claim(out_dir / p.name)
-    children = [readable_report(p, out_dir / p.name) for p in experiments]
+    children = [readable_report(p, out_dir / p.name, bands) for p in experiments]
     lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
     gpu, damaged = write_gpu_runs(results_dir, out_dir)
     if gpu is not None:
@@ -90,7 +95,7 @@ def report(
     return ReportOutputs(out_dir, out_dir / "report.md", experiments=children, damaged=damaged)
 
 
-def readable_report(runs: Path, out_dir: Path) -> ReportOutputs:
+def readable_report(runs: Path, out_dir: Path, bands: BandFinder | None = None) -> ReportOutputs:
     """One experiment's report from the run folders that read back; a damaged one is left out
     and named in ``damaged`` (one bad point does not stop the report of the others)."""
     bad: list[RunFiles] = []
@@ -98,7 +103,7 @@ def readable_report(runs: Path, out_dir: Path) -> ReportOutputs:
     problems = [problem for files in bad for problem in files.problems]
     if frame.empty and problems:
         raise DamagedFileError(f"{runs}: no readable point; {problems[0]}")
-    outputs = report_experiment(frame, out_dir, runs)
+    outputs = report_experiment(frame, out_dir, runs, bands)
     outputs.damaged[:0] = problems
     return outputs
 
@@ -145,13 +150,15 @@ FIGURES = (
 )  # fmt: skip
 
 
-def report_experiment(frame: pd.DataFrame, out_dir: Path, runs: Path | None = None) -> ReportOutputs:
+def report_experiment(
+    frame: pd.DataFrame, out_dir: Path, runs: Path | None = None, bands: BandFinder | None = None
+) -> ReportOutputs:
     """The report of one experiment's records; ``runs``: the folder they were loaded from (its run
     folders hold the step traces the Gantt figure replays: without it, that figure is skipped).
     Only into a folder the report owns (tspbench.report.outdir), deleting only what it wrote."""
     claim(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = prepare(with_run_dirs(frame, runs))
+    df = with_bands(prepare(with_run_dirs(frame, runs)), bands)  # a projected speed's range
     outputs = ReportOutputs(out_dir, out_dir / "report.md")
     table = summary_table(df)
     write_atomic(out_dir / "summary.csv", table.to_csv(index=False))

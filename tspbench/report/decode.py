@@ -25,6 +25,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from tspbench.report import style as st
+from tspbench.report.band import rests_on
 from tspbench.report.figures import (
     OOM_STYLE,
     draw_oom_strip,
@@ -195,7 +196,8 @@ def _draw(df: pd.DataFrame, ctx: Context, title: str, tails: bool) -> Figure | N
             Line2D([], [], color="#555555", ls="--", label="p99"),
         ]
     _legend(fig, style, rows, extra)
-    fig.suptitle(ctx.title(title, rows))
+    note = rests_on(rows[(rows["source"] != "measured") & rows["p50"].notna()])  # no band: which rates
+    fig.suptitle(ctx.title(title, rows) + (f"\n{note}" if note else ""))
     return fig
 
 

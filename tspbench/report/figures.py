@@ -32,6 +32,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from tspbench.report import style as st
+from tspbench.report.band import band_handles, band_note, draw_band
 from tspbench.report.frame import RECOMPUTE_RANK, Context
 
 CONTEXT = ("model", "mode", "dtype", "recompute", "batch", "seq_len")
@@ -118,6 +119,7 @@ def draw_lines(ax: Axes, df: pd.DataFrame, x: str, panel: Panel, style: st.Serie
     for label in style.labels:
         rows = ok[ok["series"] == label]
         if len(rows):
+            draw_band(ax, rows, x, panel.column, style.color[label], scale)  # projected: its range
             ax.plot(rows[x], rows[panel.column] / scale, zorder=3, **style.line(label))
     if not panel.memory:
         return
@@ -278,12 +280,14 @@ def line_figure(
     memory = next((p for p in panels if p.memory), None)
     unit = units[memory.column] if memory else ("", 1.0)
     keys = key_handles(df, memory is not None, unit, strip > 0 and any(p.strip for p in panels))
+    keys += band_handles(df, [p.column for p in panels])
     handles = (series_handles(styles[0]) if shared else []) + keys
     if handles:
         fig.legend(
             handles=handles, loc="outside right center", frameon=False, title="layout" if shared else None
         )
-    fig.suptitle(ctx.title(title, df))
+    note = band_note(df, [p.column for p in panels])  # what a priced speed rests on
+    fig.suptitle(ctx.title(title, df) + (f"\n{note}" if note else ""))
     return fig
 
 
