@@ -111,7 +111,7 @@ class StepTime:
 
 
 def ranks_per_node(layout: Layout, hw: Hardware) -> int:
-    return min(layout.world_size, hw.gpus_per_node)
+    return hw.ranks_on_node(layout.world_size)
 
 
 def compute_seconds(
@@ -209,7 +209,7 @@ def gemm_window_seconds(flops: float, hw: Hardware, share: float) -> float:
 def sync_seconds(mesh: Mesh, traffic: list[Traffic], hw: Hardware, compute_s: float) -> float:
     """What the step's waits on peers cost: each after compute_s / waits of compute, on average."""
     waits = sync_calls(mesh, traffic)
-    ranks = min(mesh.world_size, hw.gpus_per_node)
+    ranks = hw.ranks_on_node(mesh.world_size)
     return waits * prices.peer_wait_seconds(hw, ranks, compute_s / waits) if waits else 0.0
 
 
