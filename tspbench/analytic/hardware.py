@@ -26,6 +26,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from tspbench.analytic import profile_check as check
+from tspbench.analytic.profile_check import BadField
 from tspbench.core.errors import HardwareError
 from tspbench.core.names import CUDA_ATTENTION_KERNELS
 from tspbench.core.yamlfile import read_yaml
@@ -271,37 +273,45 @@ def load_hardware(name_or_path: str) -> Hardware:
         raise HardwareError(f"{path}: expected a mapping of profile keys")
     try:
         return _hardware(data)
-    except _BadField as exc:
+    except BadField as exc:
         raise HardwareError(f"{path}: {exc}") from None
 
 
-class _BadField(ValueError):
-    pass
+OVERHEADS = ("op_overhead_us", "host_overhead_us", "step_gemm_tflops", "comm_compute_slowdown")
+FRACTIONS = (
+    "usable_memory_fraction",
+    "overlap_efficiency",
+    "comm_compute_slowdown",
+    "reserved_overhead_fraction",
+)
 
 
 def _hardware(data: dict[str, Any]) -> Hardware:
+    """The Hardware of a profile's keys, each checked by meaning (tspbench.analytic.profile_check)."""
     known = {f.name: f for f in fields(Hardware)}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise _BadField(f"unknown key(s) {unknown}; allowed: {sorted(known)}")
+        raise BadField(f"unknown key(s) {unknown}; allowed: {sorted(known)}")
     missing = [
         n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in data
     ]
     if missing:
-        raise _BadField(f"missing key(s) {missing}")
+        raise BadField(f"missing key(s) {missing}")
     values = dict(data)
     zero_ok = ("attention_causal_tflops", "overlap_efficiency", "reserved_overhead_fraction")
     for key in (*RATES, "memory_bytes", "usable_memory_fraction", *zero_ok):
         if key in values:
-            values[key] = _number(key, values[key], positive=key not in zero_ok)
-    for key in ("gpus_per_node", "cores_per_node"):
+            values[key] = check.positive(key, values[key], zero_ok=key in zero_ok)
+    for key, (low, high) in check.COUNTS.items():
         if values.get(key) is not None:
-            values[key] = int(_number(key, values[key], positive=True))
+            values[key] = check.count(key, values[key], low, high)
     values["elementwise_by_op"] = _rates("elementwise_by_op", values.get("elementwise_by_op"))
     contention = values.get("step_contention") or {}
     if not isinstance(contention, dict):
-        raise _BadField(f"step_contention: expected {{kind: {{ranks: share}}}}, got {contention!r}")
-    values["step_contention"] = {str(k): _table(f"step_contention.{k}", v) for k, v in contention.items()}
+        raise BadField(f"step_contention: expected {{kind: {{ranks: share}}}}, got {contention!r}")
+    values["step_contention"] = {
+        str(k): check.shares(f"step_contention.{k}", v) for k, v in contention.items()
+    }
     for key in (
         "op_overhead_us",
         "host_overhead_us",
@@ -310,45 +320,44 @@ def _hardware(data: dict[str, Any]) -> Hardware:
         *LAUNCH_KEYS,
     ):
         if values.get(key) is not None:
-            values[key] = _number(key, values[key], positive=False)
-    for key in ("usable_memory_fraction", "overlap_efficiency", "comm_compute_slowdown"):
+            values[key] = check.positive(key, values[key], zero_ok=True)
+    for key in (
+        "usable_memory_fraction",
+        "overlap_efficiency",
+        "comm_compute_slowdown",
+        "reserved_overhead_fraction",
+    ):
         if values.get(key) is not None and values[key] > 1:
-            raise _BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
+            raise BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
     for key in ("contention", "attention_contention"):
-        values[key] = _table(key, values.get(key))
+        values[key] = check.shares(key, values.get(key))
     values["sync_us"] = _sync_table(values.get("sync_us"))
-    values["collectives"] = [_collective(i, c) for i, c in enumerate(values.get("collectives") or [])]
+    names = [f.name for f in fields(Collective)]
+    required = {f.name for f in fields(Collective) if f.default is MISSING}
+    values["collectives"] = [
+        Collective(**c) for c in check.collectives(values.get("collectives"), names, required)
+    ]
     for key in ("attention_causal_by_size", "attention_by_size"):
-        values[key] = _table(key, values.get(key))
+        values[key] = check.table(key, values.get(key))
     passes = values.get("elementwise_passes")
     values["elementwise_passes"] = _passes({} if passes is None else passes)
     kernel = values.get("attention_kernel")
     if kernel is not None and kernel not in CUDA_ATTENTION_KERNELS:
-        raise _BadField(f"attention_kernel: must be one of {list(CUDA_ATTENTION_KERNELS)}, got {kernel!r}")
-    values["provenance"] = {str(k): str(v) for k, v in (values.get("provenance") or {}).items()}
+        raise BadField(f"attention_kernel: must be one of {list(CUDA_ATTENTION_KERNELS)}, got {kernel!r}")
+    values["provenance"] = check.strings("provenance", values.get("provenance"), dict)
+    values["sources"] = check.strings("sources", values.get("sources"), list)
+    if not isinstance(values.get("name"), str) or not isinstance(values.get("description", ""), str):
+        raise BadField("name, description: expected text")
     return Hardware(**values)
 
 
-def _table(key: str, entry: Any, positive: bool = True) -> dict[int, float]:
-    """A mapping of positive integer keys to numbers, positive or at least non-negative (empty
-    when absent)."""
-    if entry is None:
-        return {}
-    if not isinstance(entry, dict):
-        raise _BadField(f"{key}: expected a mapping of sizes to numbers, got {entry!r}")
-    return {
-        int(_number(f"{key} key", k, positive=True)): _number(f"{key}.{k}", v, positive=positive)
-        for k, v in entry.items()
-    }
-
-
 def _rates(key: str, entry: Any) -> dict[str, float]:
-    """A mapping of names to positive numbers (empty when absent)."""
+    """A mapping of op names to GB/s (empty when absent)."""
     if entry is None:
         return {}
     if not isinstance(entry, dict):
-        raise _BadField(f"{key}: expected a mapping of op names to GB/s, got {entry!r}")
-    return {str(k): _number(f"{key}.{k}", v, positive=True) for k, v in entry.items()}
+        raise BadField(f"{key}: expected a mapping of op names to GB/s, got {entry!r}")
+    return {str(k): check.number(f"{key}.{k}", v, *check.GBS) for k, v in entry.items()}
 
 
 def _sync_table(entry: Any) -> dict[int, dict[float, float]]:
@@ -356,10 +365,11 @@ def _sync_table(entry: Any) -> dict[int, dict[float, float]]:
     if entry is None:
         return {}
     if not isinstance(entry, dict) or not all(isinstance(v, dict) for v in entry.values()):
-        raise _BadField(f"sync_us: expected {{ranks: {{chunk us: wait us}}}}, got {entry!r}")
+        raise BadField(f"sync_us: expected {{ranks: {{chunk us: wait us}}}}, got {entry!r}")
+    us = check.MICROSECONDS
     return {
-        int(_number("sync_us key", r, positive=True)): {
-            _number(f"sync_us.{r} key", c, positive=True): _number(f"sync_us.{r}.{c}", w, positive=False)
+        check.count("sync_us key", r): {
+            check.number(f"sync_us.{r} key", c, *us, low_open=True): check.number(f"sync_us.{r}.{c}", w, *us)
             for c, w in table.items()
         }
         for r, table in entry.items()
@@ -368,27 +378,7 @@ def _sync_table(entry: Any) -> dict[int, dict[float, float]]:
 
 def _passes(entry: Any) -> dict[str, float]:
     if not isinstance(entry, dict) or set(entry) - set(PASS_KEYS):
-        raise _BadField(
+        raise BadField(
             f"elementwise_passes: expected a mapping with keys among {sorted(PASS_KEYS)}, got {entry!r}"
         )
-    return {str(k): _number(f"elementwise_passes.{k}", v, positive=True) for k, v in entry.items()}
-
-
-def _number(key: str, value: Any, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _BadField(f"{key}: expected a number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise _BadField(f"{key}: must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    return value
-
-
-def _collective(index: int, entry: Any) -> Collective:
-    where = f"collectives[{index}]"
-    names = [f.name for f in fields(Collective)]
-    required = {f.name for f in fields(Collective) if f.default is MISSING}
-    if not isinstance(entry, dict) or not required <= set(entry) <= set(names):
-        raise _BadField(f"{where}: expected keys {names} (batched_latency_us optional), got {entry!r}")
-    numbers = {k: _number(f"{where}.{k}", v, positive=True) for k, v in entry.items() if k != "op"}
-    return Collective(str(entry["op"]), int(numbers["group_size"]), int(numbers["world_size"]),
-                      numbers["latency_us"], numbers["bandwidth_gbs"],
-                      numbers.get("batched_latency_us"))  # fmt: skip
+    return {str(k): check.number(f"elementwise_passes.{k}", v, 1e-3, 1e6) for k, v in entry.items()}
