@@ -71,7 +71,7 @@ def test_the_ring_and_ulysses_counts_by_hand() -> None:
     "layout", [Layout("sp", sp=2), Layout("fsdp_sp", sp=2), Layout("tp_sp", tp=2, sp=2)], ids=str
 )
 def test_each_exchange_matches_the_reference_on_every_rank(layout: Layout, exchange: str) -> None:
-    workload = FLOAT64.with_(kv_exchange=exchange, decode_tokens=2)
+    workload = FLOAT64.with_(kv_exchange=exchange, mode="decode", decode_tokens=2)
     result = validate(layout, workload, ("train", "infer", "decode"))
     for key, err in result["max_rel_err"].items():
         assert err <= result["tolerance"], f"{layout.describe()} {exchange}: {key} {err:.2e}"
