@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tspbench.analytic.hardware import Hardware
+from tspbench.analytic.internode import internode_fields
 from tspbench.analytic.timing import StepTime, step_time
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
@@ -133,7 +134,8 @@ def predict(layout: Layout, workload: Workload, hw: Hardware) -> Prediction:
     model_flops = model_flops_per_step(
         workload.model, layout.data_degree * workload.batch, workload.seq_len, workload.mode
     )
-    return Prediction(layout, workload, hw, memory, comm, flops, model_flops, time)
+    extra = internode_fields(sized.mesh, traffic, hw, time.step_s)  # what crosses nodes, its share
+    return Prediction(layout, workload, hw, memory, comm, flops, model_flops, time, extra)
 
 
 def predict_record(layout: Layout, workload: Workload, hw: Hardware) -> dict[str, object]:
@@ -158,6 +160,7 @@ def predict_record(layout: Layout, workload: Workload, hw: Hardware) -> dict[str
         "capacity_bytes": p.hardware.usable_bytes,
         "fits": p.fits,
         **comm_fields(p.comm),
+        **p.extra,
     }
     if not p.fits:
         record["status"] = "oom"
