@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.files import write_atomic
-from tspbench.report import bars, decode, figures, gantt
+from tspbench.report import bars, decode, figures, gantt, studies
 from tspbench.report.band import BandFinder, with_bands
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
@@ -217,6 +217,8 @@ def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs) -> str:
                 f"[SVG]({spec.name}.svg)",
                 "",
             ]
+            words = studies.caption(spec.name, df)  # scaling: why flat / what bends it; micro-batch walls
+            lines += [words.rstrip("\n"), ""] if words else []
     if outputs.skipped:
         lines += ["Not drawn, as the records do not support them:", ""]
         lines += [f"- {fig}: {why}" for fig, why in outputs.skipped.items()]

@@ -31,6 +31,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from tspbench.report import studies
 from tspbench.report import style as st
 from tspbench.report.band import band_handles, band_note, draw_band
 from tspbench.report.frame import RECOMPUTE_RANK, Context
@@ -341,7 +342,12 @@ def scaling(df: pd.DataFrame, ctx: Context) -> Figure | None:
     if not swept(df, "world_size", "series_mp") or df["tput"].notna().sum() == 0:
         return None
     panels = [Panel("tput", f"tokens/s per {ctx.noun}"), Panel("agg", f"tokens/s, all {ctx.noun}s", log=True)]
-    title = "Scaling: model-parallel replicas x data parallel"
+    if studies.trains(df) and studies.column(df, "internode_share").notna().any():  # what bends the curves
+        share = studies.column(df, "internode_share").where(df["status"] == "completed")
+        df = df.assign(internode_pct=share * 100)
+        panels.append(Panel("internode_pct", "inter-node traffic, % of step"))
+    note = studies.scaling_note(df)  # why the curves are flat (forward only), or what bends them
+    title = "Scaling: model-parallel replicas x data parallel" + (f"\n{note}" if note else "")
     return line_figure(ctx, df, "world_size", f"{ctx.noun}s", panels, title, "series_mp")
 
 
@@ -351,4 +357,12 @@ def microbatch(df: pd.DataFrame, ctx: Context) -> Figure | None:
         return None
     panels = [Panel("tput", f"tokens/s per {ctx.noun}"),
               Panel("peak", f"peak memory per {ctx.noun} ({{unit}})", memory=True)]  # fmt: skip
-    return line_figure(ctx, df, "batch", "micro-batch (sequences per replica)", panels, "Micro-batch sweep")
+    title = "Micro-batch sweep" + ("\nDotted: each layout's wall, the first micro-batch that does not fit"
+                                   if (df["status"] == "oom").any() else "")  # fmt: skip
+    fig = line_figure(ctx, df, "batch", "micro-batch (sequences per replica)", panels, title)
+    groups = facets(df, facet_columns(df, "batch", ("world_size",)), ctx.noun)  # as line_figure's cells
+    for i, (_, sub) in enumerate(groups):
+        style = st.SeriesStyle(series_list(sub), ctx.strategies)
+        for j, ax in enumerate(fig.axes[i * len(panels) : (i + 1) * len(panels)]):
+            studies.draw_walls(ax, sub, style, label=j == 0)
+    return fig
