@@ -312,3 +312,16 @@ def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
 def test_experiment_error_is_a_usage_error() -> None:
     with pytest.raises(ExperimentError, match="no such experiment file"):
         load_experiment("does/not/exist.yaml")
+
+
+def test_the_training_scaling_and_micro_batch_studies_reach_where_they_bind() -> None:
+    """#43: a training study to 1,024 GPUs with the TP+SP grids wider than a node (8x2 = 16,
+    8x8 = 64 GPUs), and micro-batches to 16 at lengths where some layouts run out of memory."""
+    train, _ = expand(load_experiment(REPO / "experiments" / "paper_scaling_train.yaml"))
+    assert max(p.world_size for p in train) == 1024 and min(p.world_size for p in train) == 8
+    assert {p.config["workload"]["mode"] for p in train} == {"train"}
+    grids = {(p.layout.tp, p.layout.sp) for p in train if p.layout.strategy == "tp_sp"}
+    assert {(8, 2), (8, 8)} <= grids
+    micro, _ = expand(load_experiment(REPO / "experiments" / "paper_microbatch.yaml"))
+    assert {p.config["workload"]["seq_len"] for p in micro} == {16384, 65536, 131072}
+    assert {p.config["workload"]["batch"] for p in micro} >= {1, 16}
