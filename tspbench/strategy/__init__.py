@@ -1,6 +1,9 @@
 """The strategy plugin API: subclass ``Strategy``, decorate with ``@register``.
 
-    base.py        Strategy (planning, model building, data and loss, gradient sync, checks)
+    base.py        Strategy (declarations, layout checks, data and loss, gradient sync), made of:
+    weights.py       Weights: the parameters from their Placement, built and gathered back
+    analysis.py      Analysis: the analytic costs (collectives, shapes, memory, FLOPs)
+    decode.py        Decoding: decode's cache, slots, steps and their collectives
     placement.py   Piece, Placement: which slice of which reference weight a rank holds
     traffic.py     Traffic: the collectives a strategy declares, and what recomputation repeats
     registry.py    register, get_strategy, available, iter_strategies, check_layout,
