@@ -112,9 +112,9 @@ def _refused_quickly(argv: list[str], says: str, capsys) -> None:
     [
         (["plan", "--gpus", "1000000000", "--seq-len", "4096"], "must be at most 131,072 GPUs"),
         (["plan-decode", "--gpus", "1000000000", "--seq-len", "1024"], "must be at most 131,072 GPUs"),
-        (["plan", "--gpus", "8", "--seq-len", "100000000000"], "positions 7b serves"),
+        (["plan", "--gpus", "8", "--seq-len", "100000000000"], "--seq-len: must be at most 2,147,483,647"),
         (
-            ["plan-decode", "--gpus", "8", "--seq-len", "1024", "--decode-tokens", "1000000000000"],
+            ["plan-decode", "--gpus", "8", "--seq-len", "1024", "--decode-tokens", "1000000"],
             "positions 7b serves",
         ),
         (["calibrate", "--quick", "--model", "tiny", "--max-seq-len", "1048576"], "16,384"),

@@ -8,6 +8,7 @@ past what the machine or the model allows; cluster profiles reaching sbatch unch
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from pathlib import Path
@@ -109,3 +110,81 @@ def test_an_input_past_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
     with pytest.raises(DamagedFileError, match="larger than the 1,024 bytes"):
         read_input(big, limit=1024)
     assert read_input(big, limit=4096) == b"#" * 2048
+
+
+# ------------------------------------------------------------------ 3. numeric flags
+
+
+def numeric_flags() -> list[tuple[str, str, str]]:
+    """(command, flag, type name) for every flag of every command whose value is a number (its
+    type one of tspbench.cli.args's bounded parsers, or a plain float or int)."""
+    from tspbench.cli.main import build_parser
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return subs[0].choices if subs else {}
+
+    out = []
+    for name, sub in commands(build_parser()).items():
+        for words, parser in [(f"{name} {n}", p) for n, p in commands(sub).items()] or [(name, sub)]:
+            for action in parser._actions:
+                kind = getattr(action.type, "__name__", "")
+                if action.option_strings and kind in NUMERIC_TYPES:
+                    out.append((words, action.option_strings[-1], kind))
+    return out
+
+
+NUMERIC_TYPES = {"integer", "number", "byte_size", "seed", "float", "int"}
+
+
+def test_every_numeric_flag_uses_a_bounded_parser() -> None:
+    plain = [f"{c} {f}" for c, f, kind in numeric_flags() if kind in ("float", "int")]
+    assert not plain, f"unbounded number flags: {plain}"
+
+
+@pytest.mark.parametrize("value", ["1e400", "inf", "nan", "-inf"])
+def test_every_numeric_flag_refuses_a_number_past_the_machine(value: str, capsys) -> None:
+    flags = numeric_flags()
+    assert len(flags) > 20
+    for command, flag, _ in flags:
+        err = one_line([*command.split(), f"{flag}={value}"], f"argument {flag}", capsys)
+        assert "Traceback" not in err, (command, flag, err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["bench", "--strategy", "dp", "--dp", "512"], "this host"),
+        (["calibrate", "--ranks", "512", "--quick"], "--ranks: 512 CPU ranks"),
+        (["bench", "--strategy", "dp", "--capacity", "1e400"], "not a size: '1e400'"),
+        (["bench", "--strategy", "dp", "--timeout", "1e15"], "--timeout: must be at most 2,592,000 seconds"),
+        (["gpu-check", "--check-seconds", "inf"], "--check-seconds: must be a finite number"),
+        (
+            ["predict", "--strategy", "tp", "--tp", "8", "--model", "7b", "--vocab-size", "100000000"],
+            "--vocab-size: must be at most 1,048,576 rows",
+        ),
+    ],
+)
+def test_sizes_that_reach_real_allocations_are_refused(argv: list[str], says: str, tmp_path, capsys) -> None:
+    if argv[0] == "gpu-check":
+        argv = [*argv, "--out", str(tmp_path / "gc")]
+    one_line(argv, says, capsys)
+    assert not (tmp_path / "gc").exists()  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("settings.capacity='1e400B'", "settings.capacity: not a size"),
+        ("settings.capacity=1e400", "settings.capacity"),
+        ("run.timeout=1.0e+15", "run.timeout: must be <= 2592000"),
+        ("model.vocab_size=100000000", "model.vocab_size: must be <= 1048576"),
+        ("model.rope_theta=0", "model.rope_theta: must be >= 1"),
+        ("settings.seq_len=100000", "positions small serves"),
+    ],
+)
+def test_a_sweep_takes_the_bounds_a_single_command_takes(change: str, says: str, tmp_path, capsys) -> None:
+    study = tmp_path / "tiny.yaml"
+    study.write_text(PREDICT_STUDY.replace("grid: {seq_len: [256, 512]}", "grid: {batch: [1]}"))
+    argv = ["run", str(study), "--executor", "predict", "--set", change, "--results", str(tmp_path / "r")]
+    one_line(argv, says, capsys)

@@ -44,8 +44,12 @@ class BadField(ValueError):
 
 def number(key: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
     """``value`` if it is a finite number in [low, high] (``low_open``: (low, high]), else BadField."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadField(f"{key}: expected a number, got {value!r}")
+    if not math.isfinite(value):
         raise BadField(f"{key}: expected a finite number, got {value!r}")
+    if value < 0 or (value == 0 and (low_open or low > 0)):  # the sign first: it says the most
+        raise BadField(f"{key}: must be {'> 0' if low_open or low > 0 else '>= 0'}, got {value!r}")
     if value < low or value > high or (low_open and value == low):
         opening = "(" if low_open else "["
         raise BadField(f"{key}: must be in {opening}{low:g}, {high:g}], got {value!r}")

@@ -24,6 +24,7 @@ from tspbench.cli.args import (
     RECOMPUTE_HELP,
     STEPS_HELP,
     add_layout_args,
+    cpu_ranks,
     gpu_count,
     layout_and_workload,
     output_path,
@@ -375,6 +376,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def check_calibrate_sizes(args: argparse.Namespace, model: ModelConfig) -> None:
     """Sizes the calibration can time, refused before it starts: attention is timed from
     ``CALIBRATE_MIN_SEQ_LEN`` tokens up to what the model serves."""
+    cpu_ranks("--ranks", args.ranks)  # calibrate runs on this host's CPU: each rank a process (#45)
     low, high = max(CALIBRATE_MIN_SEQ_LEN, args.ranks), model.max_seq_len
     if not low <= args.seq_len <= high:
         raise UsageError(

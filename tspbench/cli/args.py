@@ -6,12 +6,23 @@ import argparse
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from tspbench.core.bounds import (
+    MAX_CAPACITY_BYTES,
+    MAX_COUNT,
+    MAX_GPUS,
+    MAX_SECONDS,
+    MAX_VOCAB,
+    bound_problem,
+    max_cpu_ranks,
+)
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, RECOMPUTE_MODES
 from tspbench.core.spec import (
     KV_EXCHANGES,
+    MLP_EXCHANGES,
     PRESETS,
     SEED_RANGE,
     Layout,
@@ -24,7 +35,7 @@ from tspbench.strategy import available, check_layout
 
 
 def byte_size(text: str) -> int:
-    """'512MiB', '2GB', '1e9' -> bytes, more than zero (an argparse type)."""
+    """'512MiB', '2GB', '1e9' -> bytes, 1 to MAX_CAPACITY_BYTES (an argparse type)."""
     if text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r} (a size cannot be negative)")
     try:
@@ -33,33 +44,67 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    problem = bound_problem(value, 1, MAX_CAPACITY_BYTES, "bytes")
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem} ({text!r})")
     return value
 
 
-def _integer(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-    return value
+def bounded_int(low: int, high: int = MAX_COUNT, unit: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]. Every integer flag is one of these, so none
+    takes 1e400, 10^5000 digits or a count past what the work can allocate or a C call takes."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+        problem = bound_problem(value, low, high, unit)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
 
 
-def positive_int(text: str) -> int:
-    return _integer(text, 1)
+def bounded_float(low: float, high: float, unit: str = "", low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (``low_open``: above ``low``); never nan,
+    inf or 1e400 (which float() reads as inf)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+        of, above, units = (f" of {unit}" if unit else ""), (">" if low_open else ">="), f" {unit}".rstrip()
+        if not math.isfinite(value) or value < low or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"must be a finite number{of} {above} {low:g}, got {text!r}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:,.0f}{units}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
 
 
-MAX_GPUS = 2**17  # 131,072: past the largest clusters built; plan prices all its layouts in ~40 s
+positive_int = bounded_int(1)
+non_negative_int = bounded_int(0)
+vocab_size = bounded_int(1, MAX_VOCAB, "rows")
+positive_seconds = bounded_float(0.0, MAX_SECONDS, "seconds", low_open=True)
+# plan prices all the layouts of MAX_GPUS in ~40 s: checked before every layout is enumerated
+gpu_count = bounded_int(1, MAX_GPUS, "GPUs")
 
 
-def gpu_count(text: str) -> int:
-    """A number of GPUs the planners can price (an argparse type): 1 to MAX_GPUS, checked before
-    every layout of them is enumerated (a typo of 10^9 would run for hours)."""
-    value = _integer(text, 1)
-    if value > MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPUS:,} GPUs, got {value:,}")
-    return value
+def cpu_ranks(flag: str, ranks: int) -> None:
+    """CPU ranks are processes on this host: at most ``max_cpu_ranks()`` (4 per core), else one
+    line before any starts."""
+    most = max_cpu_ranks()
+    if ranks > most:
+        raise UsageError(
+            f"{flag}: {ranks} CPU ranks are {ranks} processes; this host ({os.cpu_count()} cores) "
+            f"starts at most {most}"
+        )
 
 
 def within_model(flag: str, tokens: int, model: ModelConfig, what: str = "") -> None:
@@ -68,10 +113,6 @@ def within_model(flag: str, tokens: int, model: ModelConfig, what: str = "") -> 
         raise UsageError(
             f"{flag}: {what or tokens} is more than the {model.max_seq_len:,} positions {model.name} serves"
         )
-
-
-def non_negative_int(text: str) -> int:
-    return _integer(text, 0)
 
 
 def seed(text: str) -> int:
@@ -86,17 +127,6 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"must be in [{low}, {high}] (what torch's generators take), got {value}"
         )
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds above zero (an argparse type): not nan, inf or -5."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
     return value
 
 
@@ -116,7 +146,7 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
     for axis in AXES:
         p.add_argument(f"--{axis}", type=positive_int, default=1, help=f"{axis} degree (default 1)")
     p.add_argument("--model", default=model_default, choices=sorted(PRESETS), help="model preset")
-    p.add_argument("--vocab-size", type=positive_int, help="override the preset's vocabulary size")
+    p.add_argument("--vocab-size", type=vocab_size, help="override the preset's vocabulary size")
     p.add_argument("--seq-len", type=positive_int, default=512, help="tokens per sequence (default 512)")
     p.add_argument("--batch", type=positive_int, default=1, help="micro-batch per model replica")
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none", help=RECOMPUTE_HELP)
@@ -127,6 +157,12 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
         choices=KV_EXCHANGES,
         default="allgather",
         help="sp, fsdp_sp, tp_sp: how the sequence axis shares K/V: allgather (default), ring, ulysses",
+    )
+    p.add_argument(
+        "--mlp-exchange",
+        choices=MLP_EXCHANGES,
+        default="ring",
+        help="tsp: how the MLP's weight shards move: ring (default, the paper's) or broadcast by owner",
     )
     p.add_argument(
         "--decode-tokens",
@@ -173,8 +209,11 @@ def layout_and_workload(
         not args.no_overlap,
         decode_tokens or 0,
         getattr(args, "kv_exchange", "allgather"),
+        getattr(args, "mlp_exchange", "ring"),
     )
     check_layout(layout, workload)
+    if device == "cpu" and not getattr(args, "fake", False):  # a fake world runs no processes
+        cpu_ranks(f"{layout.strategy} at world size {layout.world_size}", layout.world_size)
     return layout, workload
 
 

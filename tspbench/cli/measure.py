@@ -17,6 +17,7 @@ from tspbench.cli.args import (
     non_negative_int,
     output_path,
     positive_int,
+    positive_seconds,
 )
 from tspbench.cli.bench_text import print_record
 from tspbench.cli.terminal import progress_for
@@ -138,7 +139,7 @@ def add_gpu_check(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--check-seconds",
-        type=float,
+        type=positive_seconds,  # finite and bounded: setitimer takes no inf (#45)
         default=900.0,
         help="a check still running after this many seconds is a failed row (default 900)",
     )

@@ -68,6 +68,8 @@ def check_value(value: Any, spec: Field, path: str) -> Any:
 
 def _bound(limit: float) -> str:
     """0, 1, 0.5 and 18446744073709551614 as written, not 1.84467e+19."""
+    if isinstance(limit, float) and limit.is_integer() and abs(limit) < 2**53:
+        limit = int(limit)  # 2592000 seconds, not 2.592e+06
     return str(limit) if isinstance(limit, int) else f"{limit:g}"
 
 

@@ -18,7 +18,7 @@ def parse_bytes(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]i?B|B)?\s*", text)
     try:
         return int(float(m.group(1)) * _BYTE_UNITS[m.group(2)]) if m else _bad_size(text)
-    except ValueError:
+    except (ValueError, OverflowError):  # '1e400': inf bytes is no size (#45)
         return _bad_size(text)
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from tspbench.core.bounds import MAX_CAPACITY_BYTES, MAX_COUNT, MAX_GPUS, MAX_SECONDS, MODEL_BOUNDS
 from tspbench.core.errors import ExperimentError
 from tspbench.core.names import AXES, DEVICES, DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.schema import (
@@ -44,7 +45,7 @@ from tspbench.core.schema import (
     join_path,
     unknown_key,
 )
-from tspbench.core.spec import KV_EXCHANGES, PRESETS, SEED_RANGE, ModelConfig
+from tspbench.core.spec import KV_EXCHANGES, MLP_EXCHANGES, PRESETS, SEED_RANGE, ModelConfig
 from tspbench.core.units import parse_bytes
 from tspbench.core.yamlfile import read_yaml
 from tspbench.strategy import available
@@ -54,8 +55,8 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 SETTINGS = {
-    "batch": Field(INT, 1, minimum=1),
-    "seq_len": Field(INT, 512, minimum=1),
+    "batch": Field(INT, 1, minimum=1, maximum=MAX_COUNT),
+    "seq_len": Field(INT, 512, minimum=1, maximum=MAX_COUNT),  # and at most the model's (points.py)
     "mode": Field(STR, "train", MODES),
     "recompute": Field(STR, "none", RECOMPUTE_MODES),
     "dtype": Field(STR, "float32", tuple(DTYPES)),
@@ -63,29 +64,38 @@ SETTINGS = {
     "megatron_sp": Field(BOOL, False),
     "overlap": Field(BOOL, True),
     "kv_exchange": Field(STR, "allgather", KV_EXCHANGES),  # sp, fsdp_sp, tp_sp: ring, ulysses
-    "decode_tokens": Field(INT, 0, minimum=0),  # mode decode: greedy steps after the prefill (>= 1)
+    "mlp_exchange": Field(STR, "ring", MLP_EXCHANGES),  # tsp: broadcast
+    "decode_tokens": Field(
+        INT, 0, minimum=0, maximum=MAX_COUNT
+    ),  # mode decode: greedy steps after the prefill (>= 1)
     "seed": Field(INT, 0, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),  # what torch generators take
     "capacity": Field((str, int), None, nullable=True),  # simulated device memory on CPU: "256MiB"
 }
 LAYOUT = {
     "strategy": Field(STR, None, available, nullable=True),
-    **{axis: Field(INT, 1, minimum=1) for axis in AXES},
+    **{axis: Field(INT, 1, minimum=1, maximum=MAX_GPUS) for axis in AXES},
 }
 MODEL = {
     "preset": Field(STR, None, lambda: sorted(PRESETS), required=True),
-    **{
-        f.name: Field(NUM, None, nullable=True, minimum=0)
-        if f.type in ("float", float)
-        else Field(INT, None, nullable=True, minimum=1)
+    **{  # the same bounds as every model the CLI builds (tspbench.core.bounds, #45)
+        f.name: Field(
+            NUM if f.type in ("float", float) else INT,
+            None,
+            nullable=True,
+            minimum=MODEL_BOUNDS[f.name][0],
+            maximum=MODEL_BOUNDS[f.name][1],
+        )
         for f in fields(ModelConfig)
         if f.name != "name"
     },
 }
 RUN = {
-    "warmup": Field(INT, 1, minimum=0),
-    "steps": Field(INT, 2, minimum=1),
-    "repeats": Field(INT, 1, minimum=1),
-    "timeout": Field(NUM, 600.0, minimum=1),  # seconds per point; an execution limit, not hashed
+    "warmup": Field(INT, 1, minimum=0, maximum=MAX_COUNT),
+    "steps": Field(INT, 2, minimum=1, maximum=MAX_COUNT),
+    "repeats": Field(INT, 1, minimum=1, maximum=MAX_COUNT),
+    "timeout": Field(
+        NUM, 600.0, minimum=1, maximum=MAX_SECONDS
+    ),  # seconds per point; an execution limit, not hashed
     # the fake executor: every rank of the first model-parallel group, or rank 0 alone (faster)
     "fake_ranks": Field(STR, "group", ("group", "first")),
     # each point's traced step kept beside its record (trace.npz: replayable on any profile)
@@ -205,6 +215,8 @@ def check_capacity(value: Any, path: str) -> int | None:
         nbytes = None
     if isinstance(value, bool) or not isinstance(nbytes, int) or nbytes < 1:
         raise SchemaError(path, f"not a size of at least 1 byte: {value!r} (e.g. 256MiB, 2GB, 1e9)")
+    if nbytes > MAX_CAPACITY_BYTES:
+        raise SchemaError(path, f"must be at most {MAX_CAPACITY_BYTES:,} bytes (1 PiB), got {value!r}")
     return nbytes
 
 

@@ -126,6 +126,8 @@ def _resolve(exp: Experiment, choice: dict[str, Any], method: str, hardware: str
     capacity = check_capacity(settings.pop("capacity"), "settings.capacity")
     if settings.get("kv_exchange") == "allgather":  # the default: stored run ids stay as they were
         del settings["kv_exchange"]
+    if settings.get("mlp_exchange") == "ring":  # the same
+        del settings["mlp_exchange"]
     config: dict[str, Any] = {
         "method": method,
         "layout": layout,
@@ -183,6 +185,10 @@ def _invalid(config: dict[str, Any]) -> tuple[str, str] | None:
         return f"recompute {workload['recompute']!r}: {problem}", "settings.recompute"
     try:
         point = Point("", "", 0, config, 0.0)
+        model, tokens = point.workload.model, workload["seq_len"] + (workload.get("decode_tokens") or 0)
+        if tokens > model.max_seq_len:  # what predict and bench refuse, a sweep too (#45)
+            served = f"the {model.max_seq_len:,} positions {model.name} serves"
+            return f"seq_len + decode_tokens {tokens:,} is more than {served}", "settings"
         check_layout(point.layout, point.workload)
     except WorkloadError as exc:
         return str(exc), "settings"
@@ -197,4 +203,5 @@ def describe(config: dict[str, Any]) -> str:
     degrees = degrees_text(layout["strategy"] or "", layout)
     mode = f"train recompute {w['recompute']}" if w["mode"] == "train" else w["mode"]
     exchange = f" kv {w['kv_exchange']}" if w.get("kv_exchange", "allgather") != "allgather" else ""
+    exchange += f" mlp {w['mlp_exchange']}" if w.get("mlp_exchange", "ring") != "ring" else ""
     return f"{layout['strategy']} {degrees}{exchange} seq {w['seq_len']} batch {w['batch']} {mode}"

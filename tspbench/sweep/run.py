@@ -11,6 +11,7 @@ in the fake world (tspbench.measure.fake): exact memory, comm and FLOPs at any s
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
+from tspbench.core.bounds import max_cpu_ranks
 from tspbench.core.errors import LayoutError, UsageError
 from tspbench.core.names import INTERRUPTED
 from tspbench.core.progress import Progress
@@ -91,7 +93,15 @@ def _check_predictor(exp: Experiment, points: list[Point]) -> HardwareChoice:
 
 
 def _check_local_devices(exp: Experiment, points: list[Point]) -> None:
-    """CUDA points need one visible GPU per rank on this machine."""
+    """CUDA points need one visible GPU per rank on this machine; CPU points are processes on
+    it, as many as a single bench may start (tspbench.core.bounds.max_cpu_ranks)."""
+    cpu = [p for p in points if p.config["workload"]["device"] == "cpu"]
+    widest = max(cpu, key=lambda p: p.world_size, default=None)
+    if widest is not None and widest.world_size > max_cpu_ranks():
+        raise UsageError(
+            f"{exp.path}: {', '.join(widest.origin) or 'a point'}: {widest.world_size} CPU ranks are as many "
+            f"processes; this host ({os.cpu_count()} cores) starts at most {max_cpu_ranks()}"
+        )
     cuda = [p for p in points if p.config["workload"]["device"] == "cuda"]
     if not cuda:
         return
