@@ -59,3 +59,16 @@ def test_an_sbatch_that_never_answers_fails_the_points_in_seconds(
     out, err = capsys.readouterr()
     assert rc != 0 and "Traceback" not in out + err
     assert says in out + err, out + err
+
+
+def test_sbatch_without_srun_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    stand_ins(tmp_path / "bin", "exit 0")
+    (tmp_path / "bin" / "srun").unlink()
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None if name == "srun" else f"/bin/{name}")
+    (tmp_path / "stuck.yaml").write_text(STUDY)
+    (tmp_path / "cluster.yaml").write_text(PROFILE)
+    argv = ["run", str(tmp_path / "stuck.yaml"), "--cluster", str(tmp_path / "cluster.yaml"),
+            "--results", str(tmp_path / "results")]  # fmt: skip
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert "srun not found" in err and len(err.strip().splitlines()) == 1, err
