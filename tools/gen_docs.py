@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tools.docs_numbers import paper_checks, studies, time_checks
+from tools.docs_numbers import hinges, paper_checks, studies, time_checks
 from tools.docs_numbers.stored import Part
 from tspbench.core.fields import markdown_table
 from tspbench.report import backtest
@@ -75,16 +75,19 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "torch": paper_checks.torch_estimator,
     "overlap": paper_checks.overlap,
     "ledger": lambda results: {"table": ledger_table(results)},  # the paper's claims (#44)
+    "hinges": hinges.hinges,  # where a projected speed verdict flips (tspbench sensitivity)
 }
 
 
 def ledger_table(results: Path) -> str:
-    """The ledger's verdicts (tspbench.report.ledger), computed from the paper studies' records."""
-    from tspbench.report.ledger import ledger, verdict_table
+    """The ledger's verdicts (tspbench.report.ledger), computed from the paper studies' records, one
+    line per claim: a page of the docs reads as prose, not as a table of checks (results/report/
+    ledger.md has the table)."""
+    from tspbench.report.ledger import ledger
     from tspbench.sweep.store import load
 
     papers = {p.name: load(p) for p in sorted(results.glob("paper_*")) if any(p.glob("*/point.json"))}
-    return verdict_table(ledger(papers))
+    return "\n".join(f"- ({r.key}) {r.claim}: **{r.verdict}** ({r.evidence})." for r in ledger(papers))
 
 
 PLACEHOLDER = re.compile(r"{{(\w+)(?:\.(\w+))?}}")
