@@ -11,10 +11,12 @@ counted it (``comm_fields``). ``source`` says where the numbers come from:
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Protocol
 
+from tspbench.core.fields import field_for
 from tspbench.core.names import AXES
 from tspbench.core.spec import Layout, Workload
 
@@ -64,3 +66,21 @@ def attention_kernel_field(ranks: list[dict]) -> str | None:
     """The attention kernels the ranks' measured step called (``attention_kernels`` of each
     rank's result, tspbench.model.attention), joined: a record's ``attention_kernel``."""
     return "+".join(sorted({k for r in ranks for k in r.get("attention_kernels", ())})) or None
+
+
+def record_problem(record: dict) -> str | None:
+    """What is wrong with a stored record's values, or None (#45): every field with a unit
+    (tspbench.core.fields) is a finite number, or a list of them, or None. A record that says
+    ``step_time_s: "abc"`` or ``peak_memory_bytes: Infinity`` would crash whatever sums or plots
+    it; read here, it is a damaged file, named, like a truncated one."""
+    for key, value in record.items():
+        known = field_for(str(key))
+        if known is None or not known.unit or value is None or isinstance(value, dict):
+            continue
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, dict):  # per-rank detail (peak_memory_by_rank): its own columns
+                continue
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
+                return f"{key}: expected a finite number ({known.unit}), got {value!r:.80}"
+    return None

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tspbench.core.files import write_atomic
+from tspbench.core.errors import DamagedFileError
+from tspbench.core.files import read_input_text, write_atomic
+from tspbench.core.records import record_problem
 from tspbench.report.tables import markdown
 
 GPU_FOLDERS = ("h200",)  # results/<name>/: runs on a lent GPU of that kind
@@ -27,7 +29,9 @@ def gpu_run_folders(results_root: Path) -> list[Path]:
 
 def bench_row(path: Path) -> dict[str, object]:
     """One measured point: what ran, its step time and the two models' signed errors in percent."""
-    r = json.loads(path.read_text())
+    r = json.loads(read_input_text(path))  # a regular file, bounded, UTF-8 (#45)
+    if not isinstance(r, dict) or (problem := record_problem(r)):
+        raise ValueError(problem or "not a record (expected a mapping)")
     pct = lambda x: None if x is None else 100 * x  # noqa: E731
     decode = f", TPOT {1e3 * r['tpot_s']:.1f} ms" if r["mode"] == "decode" and r.get("tpot_s") else ""
     return {
@@ -49,12 +53,17 @@ def gpu_runs_section(run: Path, out_dir: Path, damaged: list[str]) -> list[str]:
     if readme is not None:
         lines += [f"What ran and what it showed: [{readme.name}]({os.path.relpath(readme, out_dir)}).", ""]
     for summary in sorted(run.glob("gpu_check/summary*.md")):
-        lines += [f"gpu-check ({summary.name}):", "", summary.read_text().strip(), ""]
+        try:
+            lines += [f"gpu-check ({summary.name}):", "", read_input_text(summary).strip(), ""]
+        except DamagedFileError as exc:  # a damaged page is named; the rest is written
+            damaged.append(str(exc))
     rows = []
     for path in sorted(run.glob("bench/*.json")):
         try:
             rows.append(bench_row(path))
-        except (ValueError, KeyError, UnicodeDecodeError) as exc:
+        except DamagedFileError as exc:
+            damaged.append(str(exc))
+        except (ValueError, KeyError, TypeError) as exc:
             damaged.append(f"{path}: {type(exc).__name__}: {exc}")
     if rows:
         lines += ["Bench points, measured, with the models' errors (predicted / measured - 1):", ""]
@@ -80,7 +89,8 @@ def test_set_section(results_root: Path, out_dir: Path) -> list[str]:
             path = results_root / name / file
             if path.is_file():
                 link = f"[{file}]({os.path.relpath(path, out_dir)})"
-                lines += [f"{title} ({link}{command})", "", intro, "", path.read_text().strip(), ""]
+                text = read_input_text(path).strip()
+                lines += [f"{title} ({link}{command})", "", intro, "", text, ""]
     return lines
 
 
@@ -93,7 +103,10 @@ def write_gpu_runs(results_root: Path, out_dir: Path) -> tuple[Path | None, list
     damaged: list[str] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# Measured on a lent GPU", "", "Each folder's own records; nothing here is projected.", ""]
-    lines += test_set_section(results_root, out_dir)
+    try:
+        lines += test_set_section(results_root, out_dir)
+    except DamagedFileError as exc:  # named; the runs' sections and the root index still written
+        damaged.append(str(exc))
     for run in runs:
         lines += gpu_runs_section(run, out_dir, damaged)
     return write_atomic(out_dir / "gpu_runs.md", "\n".join(lines).rstrip() + "\n"), damaged

@@ -19,6 +19,7 @@ from typing import Any
 from tspbench.core.errors import DamagedFileError, UsageError
 from tspbench.core.files import read_input_text
 from tspbench.core.names import STATUSES
+from tspbench.core.records import record_problem
 
 RUN_FILES = ("point.json", "status.json", "result.json")
 POINT_SECTIONS = ("layout", "model", "workload", "measure")
@@ -103,6 +104,8 @@ def read_run(run: Path) -> RunFiles:
     result, bad = _read(run / "result.json")
     if bad is None and result is not None and not isinstance(result, dict):
         bad = "not a record (expected a mapping)"
+    if bad is None and isinstance(result, dict):
+        bad = record_problem(result)  # a wrong type or inf in a field: damaged, named (#45)
     if bad is None and result is None and (files.status or {}).get("status") == "completed":
         bad = "missing, though status.json says completed"
     if bad is None:

@@ -168,7 +168,7 @@ def sbatch_failure(exc: Exception) -> str:
     """One line saying why an sbatch call failed: its own error, or that it never answered."""
     code = getattr(exc.__cause__, "returncode", None)
     if code in (124, 137):
-        return f"sbatch did not answer within {SBATCH_TIMEOUT_S} s (is slurmctld up?)"
+        return f"sbatch did not answer within {SBATCH_TIMEOUT_S} s (is the Slurm controller up?)"
     text = " ".join(str(exc).split())[:2000]
     return f"sbatch failed: {text or f'exit status {code}'}"
 

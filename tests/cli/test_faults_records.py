@@ -1,0 +1,80 @@
+"""Stored records with wrong types or non-finite values (#45): a result.json whose field holds
+text where a number is due, or Infinity, is a damaged file named by ``status`` (corrupt), left out
+and named by ``report`` (exit 2, the rest drawn), and moved aside and run again by ``run``; a
+damaged or non-UTF-8 file under results/<gpu>/ is named while the page and root index are written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_exit import exit_code
+
+REPO = Path(__file__).resolve().parents[2]
+PREDICT_STUDY = """
+name: tiny
+hardware: cpu
+model: {preset: small}
+settings: {batch: 1, mode: train, recompute: none, dtype: float32, device: cpu}
+sweep:
+  grid: {seq_len: [256, 512]}
+  zip:
+    - layout: [{strategy: tsp, tsp: 2}]
+"""
+
+
+def study_with(tmp_path: Path, key: str, value: object, capsys) -> tuple[Path, Path]:
+    """A predicted two-point study whose first record has ``key: value``; (study yaml, results)."""
+    study = tmp_path / "tiny.yaml"
+    study.write_text(PREDICT_STUDY)
+    argv = ["run", str(study), "--executor", "predict", "--results", str(tmp_path / "results")]
+    assert exit_code(argv) == 0
+    capsys.readouterr()
+    record = sorted((tmp_path / "results" / "tiny").glob("*/result.json"))[0]
+    text = record.read_text()
+    data = json.loads(text)
+    data[key] = value
+    record.write_text(json.dumps(data))  # json writes float("inf") as Infinity
+    return study, record
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("step_time_s", "abc"), ("peak_memory_bytes", float("inf")), ("world_size", "two")]
+)
+def test_a_record_of_wrong_type_is_named_by_status_report_and_run(
+    key: str, value: object, tmp_path, capsys
+) -> None:
+    study, record = study_with(tmp_path, key, value, capsys)
+    results = tmp_path / "results" / "tiny"
+    assert exit_code(["status", str(results)]) in (0, 1, 2)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and f"{record}: {key}: expected a finite number" in out + err
+    assert exit_code(["report", str(results), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"skipped (damaged): {record}: {key}" in err and "Traceback" not in err, err
+    assert (tmp_path / "out" / "report.md").is_file()
+    argv = ["run", str(study), "--executor", "predict", "--results", str(tmp_path / "results")]
+    assert exit_code(argv) == 0, capsys.readouterr()
+    assert json.loads(record.read_text())[key] != value  # moved aside and predicted again
+    assert (results / "records.parquet").is_file()
+
+
+def test_a_damaged_gpu_run_file_is_named_and_the_root_index_written(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "results"
+    shutil.copytree(REPO / "results" / "h200", root / "h200")
+    shutil.copytree(REPO / "results" / "cpu_out_of_sample", root / "cpu_out_of_sample")
+    run = sorted(p for p in (root / "h200").iterdir() if (p / "bench").is_dir())[0]
+    bench = sorted((run / "bench").glob("*.json"))
+    bench[0].write_bytes(b"\xff\xfe not utf-8")
+    data = json.loads(bench[1].read_text())
+    bench[1].write_text(json.dumps({**data, "step_time_s": "abc"}))
+    summary = next(iter(sorted(root.glob("h200/*/gpu_check/summary*.md"))), None)
+    if summary is not None:
+        summary.write_bytes(b"\xff\xfe")
+    assert exit_code(["report", str(root), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(bench[0]) in err and f"{bench[1]}: " in err, err
+    assert (tmp_path / "out" / "report.md").is_file() and (tmp_path / "out" / "gpu_runs.md").is_file()
