@@ -322,10 +322,13 @@ def point_key(layout: Layout, workload: Workload) -> str:
     """A short id of the point (layout and the whole workload, model included): the file name
     of its fake-world record, so an entry whose point changed finds no stale record. A workload
     field added since the records were stored is left out at its default (kv_exchange
-    allgather, as the sweep's run ids leave it out), so the stored records keep their names."""
+    allgather, mlp_exchange ring, as the sweep's run ids leave them out), so the stored records
+    keep their names."""
     fields = asdict(workload)
     if fields["kv_exchange"] == "allgather":
         del fields["kv_exchange"]
+    if fields["mlp_exchange"] == "ring":
+        del fields["mlp_exchange"]
     text = json.dumps({"layout": asdict(layout), "workload": fields}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

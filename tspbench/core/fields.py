@@ -59,6 +59,7 @@ FIELDS: tuple[Field, ...] = (
     _f("overlap", "", "point", "TSP's weight transfers async (true) or blocking"),
     _f("decode_tokens", "tokens", "point", "decode: greedy steps after the prefill"),
     _f("kv_exchange", "", "point", "how the sequence axis shares K/V: allgather, ring or ulysses"),
+    _f("mlp_exchange", "", "point", "how TSP's MLP weight shards move: ring or broadcast"),
     _f("source", "", "point", "measured, fake (executed in a fake world) or predicted"),
     _f("status", "", "run", "completed, oom, failed, timeout, cancelled"),
     _f("error", "", "run", "the failure's excerpt (full text in logs/)"),

@@ -134,6 +134,10 @@ class Layout:
 # the partial attentions merged by log-sum-exp; or an all-to-all from sequence to head shards.
 KV_EXCHANGES = ("allgather", "ring", "ulysses")
 
+# How TSP's MLP shards reach every rank (strategies/tsp_mlp.py): passed around a ring (the paper's:
+# one link per shift), or each broadcast from its owner as the attention's (the whole group's links).
+MLP_EXCHANGES = ("ring", "broadcast")
+
 # torch's generators take seeds in [-2**63, 2**64 - 1]; the token data is drawn with seed + 1
 # (tspbench.model.reference), so the top one is left out.
 SEED_RANGE = (-(2**63), 2**64 - 2)
@@ -167,6 +171,7 @@ class Workload:
     overlap: bool = True  # tsp: overlap weight movement with compute
     decode_tokens: int = 0  # decode: greedy steps after the prefill of ``seq_len`` context tokens
     kv_exchange: str = "allgather"  # sp, fsdp_sp, tp_sp: how the sequence axis shares K/V (KV_EXCHANGES)
+    mlp_exchange: str = "ring"  # tsp: how the MLP's weight shards move (MLP_EXCHANGES)
 
     def __post_init__(self) -> None:
         checks = [
@@ -175,6 +180,7 @@ class Workload:
             ("dtype", self.dtype, tuple(DTYPE_BYTES)),
             ("device", self.device, DEVICES),
             ("kv_exchange", self.kv_exchange, KV_EXCHANGES),
+            ("mlp_exchange", self.mlp_exchange, MLP_EXCHANGES),
         ]
         for key, value, allowed in checks:
             if value not in allowed:

@@ -77,6 +77,7 @@ SWITCHES = {
     "megatron_sp": "megatron_sp (--megatron-sp) shards the residual stream over a tensor-parallel axis",
     "overlap": "overlap: false (--no-overlap) makes TSP's weight transfers blocking",
     "kv_exchange": "kv_exchange (--kv-exchange) sets how a sequence axis exchanges K/V",
+    "mlp_exchange": "mlp_exchange (--mlp-exchange) sets how TSP's MLP weight shards move",
 }
 
 
@@ -95,6 +96,7 @@ def check_switches(cls: type[Strategy], workload: Workload) -> None:
         ("megatron_sp", workload.megatron_sp),
         ("overlap", not workload.overlap),
         ("kv_exchange", workload.kv_exchange != "allgather"),
+        ("mlp_exchange", workload.mlp_exchange != "ring"),
     )
     used = [name for name, on in switched if on]
     for switch in used:
