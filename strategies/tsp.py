@@ -12,7 +12,8 @@ Attention runs the broadcast schedule (strategies/tsp_attention.py): owners broa
 packed shard, every rank projects its own tokens, K/V of one head block are all-gathered over
 the sequence, and the output projection accumulates locally. The MLP, embedding and LM head run
 the ring schedule (strategies/tsp_ring.py): shards circulate with async send/recv overlapped
-with the GEMMs, gradient accumulators ride home behind them. No activation is all-reduced.
+with the GEMMs, gradient accumulators ride home behind them; ``mlp_exchange`` broadcast gives the
+MLP the attention's owner broadcasts and reduces instead (tsp_mlp.py). No activation is all-reduced.
 
 Weights move on channel 1 of the tsp group, K/V and gradients on channel 0, so on NCCL the two
 streams proceed side by side. ``overlap=False`` issues every transfer blocking (same math).
@@ -33,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tspbench.strategies.tsp_attention import AttentionSpec, Prefetch, TSPAttention
+from tspbench.strategies.tsp_mlp import mlp_decode_traffic, mlp_exchange, mlp_traffic
 from tspbench.strategies.tsp_ring import Ring, RingEmbedding, RingHead, RingMLP
 
 from tspbench.core.spec import ModelConfig
@@ -94,7 +96,7 @@ class FoldedParallel(Strategy):
     sequence_axis = "tsp"
     channels = 2
     weight_axes = ("tsp",)
-    switches = ("overlap",)
+    switches = ("overlap", "mlp_exchange")
     summary = "folded tensor+sequence parallel: 1/D of every weight and 1/D of the tokens per rank"
 
     def shards(self) -> Shards:
@@ -124,9 +126,10 @@ class FoldedParallel(Strategy):
         prefetch = Prefetch(w_group) if overlap else None
         spec = AttentionSpec(sh.q, sh.kv, cfg.head_dim, kv_group, w_group, overlap, prefetch)
         ring = Ring(w_group, kv_group, overlap)
+        mlp = mlp_exchange(self.workload.mlp_exchange, w_group, kv_group, overlap)
         for layer in model.layers:
             layer.attention = TSPAttention(sh.attention, cfg.hidden, spec)
-            layer.mlp = RingMLP(sh.mlp, cfg.hidden, ring)
+            layer.mlp = RingMLP(sh.mlp, cfg.hidden, mlp)
         model.embed = RingEmbedding(sh.vocab, cfg.hidden, ring)
         model.head = RingHead(sh.vocab, cfg.hidden, ring)
 
@@ -141,7 +144,8 @@ class FoldedParallel(Strategy):
         window): a broadcast and a shard's gradient reduce behind one head block (its projections
         and attention core; backward 2x the projections, 3.5x the core), a ring shift and its
         accumulator behind the GEMMs of the shard in hand (backward 2x; the LM head's 3x, as it
-        recomputes its logits), the embedding's shifts behind nothing (lookups only). The transfers
+        recomputes its logits), the embedding's shifts behind nothing (lookups only); the MLP's by
+        its ``mlp_exchange`` (tsp_mlp.mlp_traffic: ring shifts or the owners' broadcasts). The transfers
         of one window in backward (a shard's weights and its gradients) share the link. A head
         block's K/V gather waits behind its window's transfers on the link: in forward after its
         q, k, v projections, in backward at once (it is the block's first op)."""
@@ -161,10 +165,11 @@ class FoldedParallel(Strategy):
             scope = "model" if window in ("embedding", "head", "prefetch") else "block"
             return Traffic(op, ax, size, n, phase, scope, True, channel, window_flops=flops, window=window)
 
+        mlp_fwd, mlp_bwd = mlp_traffic(self.workload.mlp_exchange, d, L, mlp_shard, mlp_step, hides)
         out = [
             hides("broadcast", attn_shard, d * L, "head block", head_block, "forward"),
             Traffic("all_gather", ax, kv, d * L, "forward", "block", queue="head block", queue_flops=qkv),
-            hides("send_recv", mlp_shard, (d - 1) * L, "mlp shard", mlp_step, "forward"),
+            *mlp_fwd,
             hides("send_recv", vocab_shard, d - 1, "embedding", 0.0, "forward"),
             hides("send_recv", vocab_shard, d - 1, "head", head_step, "forward"),
         ]
@@ -176,8 +181,7 @@ class FoldedParallel(Strategy):
                 Traffic("all_gather", ax, kv, d * L, "backward", queue="head block"),
                 Traffic("reduce_scatter", ax, kv, d * L, "backward"),
                 hides("reduce", attn_shard, d * L, "head block", block_back, channel=0),  # weight gradients
-                hides("send_recv", mlp_shard, (d - 1) * L, "mlp shard", 2 * mlp_step),
-                hides("send_recv", mlp_shard, d * L, "mlp shard", 2 * mlp_step, channel=0),  # accumulators
+                *mlp_bwd,  # weights again, and the gradients home (tsp_mlp.py)
                 hides("send_recv", vocab_shard, d, "embedding", 0.0, channel=0),  # accumulators
                 hides("send_recv", vocab_shard, d, "head", 3 * head_step, channel=0),  # accumulators
                 hides("send_recv", vocab_shard, d - 1, "head", 3 * head_step),  # head shards
@@ -251,7 +255,7 @@ class FoldedParallel(Strategy):
 
     def decode_traffic(self) -> list[Traffic]:
         """One decode step still moves every weight shard: D broadcasts of the attention shard
-        and D-1 ring shifts of the MLP shard per layer, D-1 of the vocabulary shard for the
+        and D-1 ring shifts (or D broadcasts) of the MLP shard per layer, D-1 of the vocabulary shard for the
         embedding and for the head (channel 1); per head block, the sharded-cache attention's
         query all-gather and partials all-to-all (channel 0, n/D heads). Each weight transfer
         hides behind the GEMMs of the shard in hand (its b slots through the shard's rows, 2
@@ -270,7 +274,7 @@ class FoldedParallel(Strategy):
         return [
             hides("broadcast", attn, d * L, "attention", d * L),
             *self.query_traffic("tsp", sh.heads, d * L),
-            hides("send_recv", mlp, (d - 1) * L, "mlp", d * L),
+            *mlp_decode_traffic(self.workload.mlp_exchange, d, L, mlp, hides),
             hides("send_recv", vocab, d - 1, "embedding", 0, "model"),
             hides("send_recv", vocab, d - 1, "head", d, "model"),
         ]

@@ -13,12 +13,16 @@ the accumulator of shard p arrives home complete. D shifts of accumulators, D-1 
     MLP shard      [3 f/D, h]  = [W1_p; W3_p; W2_p^T]      y += (silu(x W1_s^T) * x W3_s^T) W2_s^T
     embedding      [V/D, h]    = rows of vocabulary block p   x[token in block s] = E_s[token]
     LM head        [V/D, h]    = rows of vocabulary block p   logits_s = x E_s^T, online log-sum-exp
+
+The MLP's shards may travel by their owners' broadcasts instead (``mlp_exchange`` broadcast,
+tsp_mlp.py): the same math, with any ``ShardExchange`` in place of the ring.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +31,17 @@ from torch import Tensor, nn
 from tspbench.dist import comm
 from tspbench.dist.comm import Group, Pending
 from tspbench.model.layers import swiglu_backward, upcast
+
+
+class ShardExchange(Protocol):
+    """How the shards of one weight reach every rank: the ring below, or tsp_mlp.py's
+    OwnerBroadcast (the MLP's ``mlp_exchange``). fn(s, W_s) sees every shard s once."""
+
+    w_group: Group
+
+    def visit(self, shard: Tensor, fn: Callable[[int, Tensor], None]) -> None: ...
+
+    def visit_backward(self, shard: Tensor, fn: Callable[[int, Tensor], Tensor]) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,7 @@ class _RingMLP(torch.autograd.Function):
     """x [B, T, h] -> y [B, T, h]. Saves x and h1, h3 [B, T, f/D] of every shard."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, shard: Tensor, ring: Ring, keep: bool) -> Tensor:
+    def forward(ctx, x: Tensor, shard: Tensor, ring: ShardExchange, keep: bool) -> Tensor:
         y = torch.zeros_like(x)
         hidden: list = [()] * ring.w_group.size
 
@@ -125,14 +140,15 @@ class RingBlock(nn.Module):
 
     param = "weight"
 
-    def __init__(self, rows: int, hidden: int, ring: Ring) -> None:
+    def __init__(self, rows: int, hidden: int, ring: ShardExchange) -> None:
         super().__init__()
         self.register_parameter(self.param, nn.Parameter(torch.empty(rows, hidden)))
         self.ring = ring
 
 
 class RingMLP(RingBlock):
-    """One packed shard [W1_p; W3_p; W2_p^T] [3 f/D, h]; forward runs the ring schedule."""
+    """One packed shard [W1_p; W3_p; W2_p^T] [3 f/D, h]; forward runs the ring schedule, or the
+    owners' broadcasts (tsp_mlp.py) when built with that ``mlp_exchange``."""
 
     param = "shard"
 

@@ -10,16 +10,17 @@ import inspect
 from pathlib import Path
 
 import pytest
-from tspbench.strategies import dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp, tsp_attention, tsp_ring
+from tspbench.strategies import dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp, tsp_attention, tsp_mlp, tsp_ring
 
 from tspbench.strategy import Strategy, available, get_strategy
 
 FOLDER = Path(__file__).resolve().parents[2] / "strategies"
 MODULES = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
-HELPERS = {"tsp_attention", "tsp_ring"}  # TSP's pieces, not strategies
+HELPERS = {"tsp_attention", "tsp_mlp", "tsp_ring"}  # TSP's pieces, not strategies
 # imported by name, not from a string: tests/project/test_layout.py reads which modules tests import
 IMPORTED = {
-    m.__name__.rpartition(".")[2]: m for m in (dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp, tsp_attention, tsp_ring)
+    m.__name__.rpartition(".")[2]: m
+    for m in (dp, fsdp, fsdp_sp, sp, tp, tp_sp, tsp, tsp_attention, tsp_mlp, tsp_ring)
 }
 
 
