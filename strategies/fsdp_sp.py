@@ -19,22 +19,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tspbench.strategies.fsdp import BLOCK_WINDOW, FullyShardedDataParallel
-from tspbench.strategies.sp import (
-    check_kv_exchange,
-    kv_exchange_traffic,
-    zigzag_attention,
-    zigzag_extra_bytes,
-)
+from tspbench.strategies.sp import ExchangesKV, kv_exchange_traffic, zigzag_extra_bytes
 
-from tspbench.core.spec import Layout, Workload
 from tspbench.costs.flops import ForwardFlops, qkv_gemm_flops
-from tspbench.costs.memory import Shapes
-from tspbench.model.transformer import Transformer
 from tspbench.strategy import Traffic, register
 
 
 @register
-class ShardedSequenceParallel(FullyShardedDataParallel):
+class ShardedSequenceParallel(ExchangesKV, FullyShardedDataParallel):
     name = "fsdp_sp"
     axes = ("sp",)
     batch_axes = ()
@@ -42,19 +34,6 @@ class ShardedSequenceParallel(FullyShardedDataParallel):
     weight_axes = ("sp",)
     shard_axis = "sp"
     summary = "FSDP2 and sequence parallel on one axis: 1/D of the weights and of the tokens, K/V exchanged"
-    switches = ("kv_exchange",)
-
-    @classmethod
-    def check(cls, layout: Layout, workload: Workload) -> None:
-        super().check(layout, workload)
-        cfg = workload.model
-        check_kv_exchange(layout, workload, "sp", cfg.n_heads, cfg.n_kv_heads)
-
-    def transform(self, model: Transformer) -> None:
-        zigzag_attention(model, self.group("sp"), self.workload.kv_exchange)
-
-    def shapes(self) -> Shapes:
-        return replace(super().shapes(), kv_exchange=self.workload.kv_exchange)
 
     def traffic(self) -> list[Traffic]:
         """FSDP's and the K/V gathers. A K/V gather recomputed in backward waits on the link

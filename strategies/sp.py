@@ -140,12 +140,11 @@ def exchange_bytes(s: Shapes) -> tuple[int, int]:
     return moved, moved
 
 
-@register
-class SequenceParallel(Strategy):
-    name = "sp"
-    axes = ("sp",)
-    sequence_axis = "sp"
-    summary = "sequence parallel: tokens split zigzag, weights replicated, K/V exchanged"
+class ExchangesKV(Strategy):
+    """Tokens sharded zigzag over the "sp" axis, K/V exchanged as the workload's ``kv_exchange``
+    says: the check, the attention cores and the shapes sp and fsdp_sp share (a base, never
+    registered itself)."""
+
     switches = ("kv_exchange",)
 
     @classmethod
@@ -159,6 +158,14 @@ class SequenceParallel(Strategy):
 
     def shapes(self) -> Shapes:
         return replace(super().shapes(), kv_exchange=self.workload.kv_exchange)
+
+
+@register
+class SequenceParallel(ExchangesKV):
+    name = "sp"
+    axes = ("sp",)
+    sequence_axis = "sp"
+    summary = "sequence parallel: tokens split zigzag, weights replicated, K/V exchanged"
 
     def traffic(self) -> list[Traffic]:
         return kv_exchange_traffic(self, "sp", self.config.n_heads, self.config.n_kv_heads)

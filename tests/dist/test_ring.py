@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_cases import D_HEAD, N_HEADS, B, explicit_attention, random_inputs
 
 from tspbench.dist import comm
 from tspbench.dist.comm import summarize
@@ -19,31 +20,10 @@ from tspbench.dist.ring import MATH, RingAttention
 from tspbench.dist.zigzag import zigzag_shard
 from tspbench.model.attention import merge_pair
 
-B, N_HEADS, D_HEAD = 2, 4, 8
-
-
-def _explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + mask) v, written out; K/V heads repeated to q's."""
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    if causal:
-        s = scores.shape[-1]
-        scores = scores.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
-    return scores.softmax(-1) @ v
-
-
-def _inputs(seq: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(7)
-    q = torch.randn(B, N_HEADS, seq, D_HEAD, generator=gen, dtype=torch.float64)
-    k, v = (torch.randn(B, kv_heads, seq, D_HEAD, generator=gen, dtype=torch.float64) for _ in range(2))
-    dout = torch.randn(B, N_HEADS, seq, D_HEAD, generator=gen, dtype=torch.float64)
-    return q, k, v, dout
-
 
 def test_two_partials_over_disjoint_keys_merge_to_attention_over_all_of_them() -> None:
-    q, k, v, _ = _inputs(6, N_HEADS)
-    whole = _explicit(q, k, v, causal=False)
+    q, k, v, _ = random_inputs(6, N_HEADS, 7)
+    whole = explicit_attention(q, k, v, causal=False)
     o1, lse1, _ = MATH.forward(q, k[:, :, :2], v[:, :, :2], False)
     o2, lse2, _ = MATH.forward(q, k[:, :, 2:], v[:, :, 2:], False)
     o, lse = merge_pair(o1, lse1, o2, lse2)
@@ -55,9 +35,9 @@ def test_two_partials_over_disjoint_keys_merge_to_attention_over_all_of_them() -
 def test_math_backward_with_the_global_lse_gives_each_parts_exact_gradient() -> None:
     """The ring-attention identity: a part's backward given the merged o and lse is that part's
     share of the whole gradient (dq sums over parts; dk, dv are the part's columns)."""
-    q, k, v, dout = _inputs(6, N_HEADS)
+    q, k, v, dout = random_inputs(6, N_HEADS, 7)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    _explicit(*leaves, causal=False).backward(dout)
+    explicit_attention(*leaves, causal=False).backward(dout)
     o1, lse1, _ = MATH.forward(q, k[:, :, :2], v[:, :, :2], False)
     o2, lse2, _ = MATH.forward(q, k[:, :, 2:], v[:, :, 2:], False)
     o, lse = merge_pair(o1, lse1, o2, lse2)
@@ -74,7 +54,7 @@ def test_math_backward_with_the_global_lse_gives_each_parts_exact_gradient() -> 
 def _rank(n: int, seq: int, kv_heads: int, dtype: torch.dtype) -> dict:
     r = torch.distributed.get_rank()
     group = Mesh({"sp": n}, r).group("sp")
-    q, k, v, dout = (zigzag_shard(t, n, r, dim=2).to(dtype) for t in _inputs(seq, kv_heads))
+    q, k, v, dout = (zigzag_shard(t, n, r, dim=2).to(dtype) for t in random_inputs(seq, kv_heads, 7))
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     with comm.counting() as log:
         o = RingAttention(group)(*leaves)
@@ -89,9 +69,9 @@ def _rank(n: int, seq: int, kv_heads: int, dtype: torch.dtype) -> dict:
 def test_ring_equals_causal_attention_on_every_rank(n: int, kv_heads: int) -> None:
     seq = 2 * n * 3
     ranks = launch(_rank, n, n, seq, kv_heads, torch.float64, timeout=120)
-    q, k, v, dout = _inputs(seq, kv_heads)
+    q, k, v, dout = random_inputs(seq, kv_heads, 7)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    o = _explicit(*leaves)
+    o = explicit_attention(*leaves)
     o.backward(dout)
     for r, got in enumerate(ranks):
         assert torch.allclose(got["o"], zigzag_shard(o.detach(), n, r, dim=2), rtol=0, atol=1e-13)

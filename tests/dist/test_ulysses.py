@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_cases import D_HEAD, N_HEADS, B, explicit_attention, random_inputs
 
 from tspbench.dist import comm
 from tspbench.dist.comm import summarize
@@ -17,24 +18,6 @@ from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
 from tspbench.dist.ulysses import UlyssesAttention, heads_problem, to_heads, to_sequence
 from tspbench.dist.zigzag import zigzag_shard
-
-B, N_HEADS, D_HEAD = 2, 4, 8
-
-
-def _inputs(seq: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(11)
-    q = torch.randn(B, N_HEADS, seq, D_HEAD, generator=gen, dtype=torch.float64)
-    k, v = (torch.randn(B, kv_heads, seq, D_HEAD, generator=gen, dtype=torch.float64) for _ in range(2))
-    dout = torch.randn(B, N_HEADS, seq, D_HEAD, generator=gen, dtype=torch.float64)
-    return q, k, v, dout
-
-
-def _explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    s = scores.shape[-1]
-    return scores.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf")).softmax(-1) @ v
 
 
 def test_heads_that_do_not_split_over_the_degree_are_refused_with_the_reason() -> None:
@@ -47,7 +30,7 @@ def test_heads_that_do_not_split_over_the_degree_are_refused_with_the_reason() -
 def _rank(n: int, seq: int, kv_heads: int) -> dict:
     r = torch.distributed.get_rank()
     group = Mesh({"sp": n}, r).group("sp")
-    q, k, v, dout = (zigzag_shard(t, n, r, dim=2) for t in _inputs(seq, kv_heads))
+    q, k, v, dout = (zigzag_shard(t, n, r, dim=2) for t in random_inputs(seq, kv_heads, 11))
     with torch.no_grad():
         heads = to_heads(q, k, v, group)
         back = to_sequence(heads[0], group)
@@ -70,9 +53,9 @@ def _rank(n: int, seq: int, kv_heads: int) -> dict:
 def test_all_to_all_layout_and_attention_on_every_rank(n: int) -> None:
     seq, kv_heads = 2 * n * 2, n  # GQA: n heads of K/V, one per rank
     ranks = launch(_rank, n, n, seq, kv_heads, timeout=120)
-    q, k, v, dout = _inputs(seq, kv_heads)
+    q, k, v, dout = random_inputs(seq, kv_heads, 11)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    o = _explicit(*leaves)
+    o = explicit_attention(*leaves)
     o.backward(dout)
     hq, hkv = N_HEADS // n, kv_heads // n
     for r, got in enumerate(ranks):
