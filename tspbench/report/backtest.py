@@ -192,44 +192,43 @@ def _time_section(rows: list[dict[str, Any]]) -> list[str]:
 
 def _memory_section(rows: list[dict[str, Any]]) -> list[str]:
     """What the memory columns compare, and the table (one model column when the profiles agree)."""
-    return [
-        "",
-        "## Memory",
-        "",
+    same = (
+        " The three profiles give the same memory: it depends on a profile only through its "
+        "allocator overhead, 0 in all three."
+    )
+    intro = (
         "The model's peak (allocated) plus what each profile assumes the caching allocator reserves on "
         "top, against the published figure (torchtitan publishes reserved); the fake world's executed "
         "peak beside it (a compiled run shares its eager run's record: the project executes no "
-        "compiled program)."
-        + (
-            " The three profiles give the same memory: it depends on a profile only through its "
-            "allocator overhead, 0 in all three."
-            if memory_same(rows)
-            else ""
-        ),
-        "",
-        *memory_table(rows),
-    ]
+        "compiled program)." + (same if memory_same(rows) else "")
+    )
+    return _section("Memory", intro, memory_table(rows))
 
 
 def _terms_sections(rows: list[dict[str, Any]]) -> list[str]:
     """Each profile's step by term, then where the Hopper-measured and the calibrated one differ."""
-    return [
-        "",
-        "## The predicted step by term (seconds)",
-        "",
+    terms = (
         "Launch: every kernel's fixed cost and the host's time where it is behind; exposed comm: "
-        "the collectives on the critical path and what the overlap leaves exposed.",
-        "",
-        *terms_table(rows),
-        "",
-        "## The Hopper-measured and the calibrated profile, term by term",
-        "",
+        "the collectives on the critical path and what the overlap leaves exposed."
+    )
+    differ = (
         "Where both predict an entry (the calibrated profile differs only in its fitted figures), "
         "the terms whose seconds differ by more than half a percent of the step; "
-        f"more than 10% apart: {', '.join(disagreeing(rows)) or 'none'}.",
-        "",
-        *(differ_lines(rows) or ["No entry is predicted by both."]),
+        f"more than 10% apart: {', '.join(disagreeing(rows)) or 'none'}."
+    )
+    return [
+        *_section("The predicted step by term (seconds)", terms, terms_table(rows)),
+        *_section(
+            "The Hopper-measured and the calibrated profile, term by term",
+            differ,
+            differ_lines(rows) or ["No entry is predicted by both."],
+        ),
     ]
+
+
+def _section(title: str, intro: str, body: list[str]) -> list[str]:
+    """A section of the page: its title, a paragraph that says what it holds, then its table."""
+    return ["", f"## {title}", "", intro, "", *body]
 
 
 def summary_table(summary: list[dict[str, Any]]) -> list[str]:
