@@ -155,6 +155,22 @@ def disagreeing(rows: list[dict[str, Any]]) -> list[str]:
     return [r["id"] for r in _predicted(rows) if r.get("disagree")]
 
 
+MEMORY_INTRO = (
+    "The model's peak (allocated) plus what each profile assumes the caching allocator reserves on "
+    "top, against the published figure (torchtitan publishes reserved); the fake world's executed "
+    "peak beside it (a compiled run shares its eager run's record: the project executes no "
+    "compiled program)."
+)
+SAME_MEMORY = (
+    " The three profiles give the same memory: it depends on a profile only through its "
+    "allocator overhead, 0 in all three."
+)
+TERMS_INTRO = (
+    "Launch: every kernel's fixed cost and the host's time where it is behind; exposed comm: "
+    "the collectives on the critical path and what the overlap leaves exposed."
+)
+
+
 def markdown(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
     """The backtest as Markdown: three profiles side by side for time and memory, each profile's
     terms, where two disagree, the errors by sample, the entries listed only."""
@@ -192,32 +208,19 @@ def _time_section(rows: list[dict[str, Any]]) -> list[str]:
 
 def _memory_section(rows: list[dict[str, Any]]) -> list[str]:
     """What the memory columns compare, and the table (one model column when the profiles agree)."""
-    same = (
-        " The three profiles give the same memory: it depends on a profile only through its "
-        "allocator overhead, 0 in all three."
-    )
-    intro = (
-        "The model's peak (allocated) plus what each profile assumes the caching allocator reserves on "
-        "top, against the published figure (torchtitan publishes reserved); the fake world's executed "
-        "peak beside it (a compiled run shares its eager run's record: the project executes no "
-        "compiled program)." + (same if memory_same(rows) else "")
-    )
+    intro = MEMORY_INTRO + (SAME_MEMORY if memory_same(rows) else "")
     return _section("Memory", intro, memory_table(rows))
 
 
 def _terms_sections(rows: list[dict[str, Any]]) -> list[str]:
     """Each profile's step by term, then where the Hopper-measured and the calibrated one differ."""
-    terms = (
-        "Launch: every kernel's fixed cost and the host's time where it is behind; exposed comm: "
-        "the collectives on the critical path and what the overlap leaves exposed."
-    )
     differ = (
         "Where both predict an entry (the calibrated profile differs only in its fitted figures), "
         "the terms whose seconds differ by more than half a percent of the step; "
         f"more than 10% apart: {', '.join(disagreeing(rows)) or 'none'}."
     )
     return [
-        *_section("The predicted step by term (seconds)", terms, terms_table(rows)),
+        *_section("The predicted step by term (seconds)", TERMS_INTRO, terms_table(rows)),
         *_section(
             "The Hopper-measured and the calibrated profile, term by term",
             differ,
