@@ -51,19 +51,25 @@ def check_value(value: Any, spec: Field, path: str) -> Any:
             return None
         raise SchemaError(path, f"must be set ({_describe(spec)})")
     if isinstance(value, bool) and bool not in spec.types:
-        raise SchemaError(path, f"expected {_describe(spec)}, got {value!r}")
+        raise SchemaError(path, f"expected {_describe(spec)}, got {_shown(value)}")
     if not isinstance(value, spec.types):
-        raise SchemaError(path, f"expected {_describe(spec)}, got {type(value).__name__} {value!r}")
+        raise SchemaError(path, f"expected {_describe(spec)}, got {type(value).__name__} {_shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise SchemaError(path, f"must be a finite number, got {value!r}")
+        raise SchemaError(path, f"must be a finite number, got {_shown(value)}")
     allowed = spec.allowed()
     if allowed is not None and value not in allowed:
-        raise SchemaError(path, f"{value!r} is not one of: {', '.join(map(str, allowed))}")
+        raise SchemaError(path, f"{_shown(value)} is not one of: {', '.join(map(str, allowed))}")
     if spec.minimum is not None and value < spec.minimum:
-        raise SchemaError(path, f"must be >= {_bound(spec.minimum)}, got {value!r}")
+        raise SchemaError(path, f"must be >= {_bound(spec.minimum)}, got {_shown(value)}")
     if spec.maximum is not None and value > spec.maximum:
-        raise SchemaError(path, f"must be <= {_bound(spec.maximum)}, got {value!r}")
+        raise SchemaError(path, f"must be <= {_bound(spec.maximum)}, got {_shown(value)}")
     return value
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error is one line, whatever the value."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _bound(limit: float) -> str:

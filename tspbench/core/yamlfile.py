@@ -45,9 +45,41 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_VALUES = 100_000  # values a document may expand to: far past any profile or experiment
+
+
 def parse_yaml(text: str) -> Any:
-    """``text`` as YAML, refusing duplicate keys (raises yaml.YAMLError)."""
-    return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: builds plain data only
+    """``text`` as YAML, refusing duplicate keys and documents that expand past MAX_VALUES values
+    through aliases (raises yaml.YAMLError): 1 KB of nested ``*alias`` lists names 10^9 values,
+    which every error message that shows the value would print (#45)."""
+    loader = StrictLoader(text)  # a SafeLoader: builds plain data only
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, {})
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, seen: dict[int, int]) -> int:
+    """How many values ``node`` stands for with every alias expanded (each shared node counted
+    once per use, computed once); ConstructorError past MAX_VALUES."""
+    if id(node) in seen:
+        return seen[id(node)]
+    seen[id(node)] = 1  # an alias of its own ancestor counts once, not for ever
+    if isinstance(node, yaml.SequenceNode):
+        total = 1 + sum(_expanded_size(child, seen) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total = 1 + sum(_expanded_size(k, seen) + _expanded_size(v, seen) for k, v in node.value)
+    else:
+        total = 1
+    if total > MAX_VALUES:
+        problem = f"expands to more than {MAX_VALUES:,} values (aliases repeat what they name)"
+        raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
+    seen[id(node)] = total
+    return total
 
 
 def read_yaml(path: Path, error: type[UsageError] = UsageError) -> Any:

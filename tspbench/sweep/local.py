@@ -112,9 +112,11 @@ def run_local(
         except KeyboardInterrupt:
             store.update(rid, lambda s: {**s, "status": "pending", "error": "interrupted"} if s else None)
             raise
-        except Exception:  # bench turns rank failures into records; this is anything else
+        except Exception as exc:  # bench turns rank failures into records; this is anything else
             text = traceback.format_exc()
-            record = {**point.base_record(), "status": "failed", "error": excerpt(text)}
+            # the exception first (what status and the progress line show), then where it rose (#45)
+            headline = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:500]
+            record = {**point.base_record(), "status": "failed", "error": excerpt(f"{headline}\n{text}")}
         if env and not any(k.startswith("env_") for k in record):  # projected, or failed before bench
             record.update(record_fields(env))
         status = record["status"]
