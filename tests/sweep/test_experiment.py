@@ -325,3 +325,25 @@ def test_the_training_scaling_and_micro_batch_studies_reach_where_they_bind() ->
     micro, _ = expand(load_experiment(REPO / "experiments" / "paper_microbatch.yaml"))
     assert {p.config["workload"]["seq_len"] for p in micro} == {16384, 65536, 131072}
     assert {p.config["workload"]["batch"] for p in micro} >= {1, 16}
+
+
+def test_a_layout_entry_carries_its_own_settings(tmp_path: Path) -> None:
+    """#43: a setting swept only for the layouts it applies to, and a default row keeps its run id."""
+    rows = [
+        {"strategy": "tp", "tp": 2},
+        {"strategy": "tp", "tp": 2, "megatron_sp": True},
+        {"strategy": "tsp", "tsp": 2, "mlp_exchange": "ring"},
+        {"strategy": "tsp", "tsp": 2, "mlp_exchange": "broadcast"},
+    ]
+    data = {**TINY, "sweep": {"zip": [{"layout": rows}]}}
+    points = expand(load_experiment(write(tmp_path, data)))[0]
+    assert [p.layout.describe() for p in points] == ["tp(tp2)", "tp(tp2)", "tsp(tsp2)", "tsp(tsp2)"]
+    assert all(set(p.config["layout"]) == {"strategy", "dp", "tp", "sp", "tsp", "fsdp"} for p in points)
+    assert [(p.workload.megatron_sp, p.workload.mlp_exchange) for p in points] == [
+        (False, "ring"), (True, "ring"), (False, "ring"), (False, "broadcast"),
+    ]  # fmt: skip
+    plain = {**TINY, "sweep": {"zip": [{"layout": [{"strategy": "tsp", "tsp": 2}]}]}}
+    assert points[2].run_id == expand(load_experiment(write(tmp_path, plain, "plain.yaml")))[0][0].run_id
+    clash = {**TINY, "sweep": {"grid": {"megatron_sp": [False, True]}, "zip": [{"layout": rows}]}}
+    with pytest.raises(ExperimentError, match="already swept"):
+        load_experiment(write(tmp_path, clash, "clash.yaml"))

@@ -115,6 +115,11 @@ TOP = {
 }
 SWEEP = {"grid": Field((dict,), None, nullable=True), "zip": Field((list,), None, nullable=True)}
 SWEEP_AXES = {**SETTINGS, **LAYOUT}  # plus "layout": a mapping of LAYOUT keys
+# Settings a swept layout entry may carry beside its degrees (#43): a layout's own options
+# (``{strategy: tp_sp, tp: 2, sp: 4, megatron_sp: true}``) swept for the layouts they apply to,
+# where a grid axis would cross them with every layout and a zip list with every row.
+LAYOUT_SETTINGS = ("recompute", "megatron_sp", "overlap", "kv_exchange", "mlp_exchange")
+LAYOUT_ENTRY = {**LAYOUT, **{k: SETTINGS[k] for k in LAYOUT_SETTINGS}}
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -237,7 +242,7 @@ def _check_axes(axes: dict[str, Any], path: str, length: int | None = None) -> d
 
 def _check_axis_value(key: str, value: Any, path: str) -> Any:
     if key == "layout":
-        return check_mapping(value, LAYOUT, path, fill=False)
+        return check_mapping(value, LAYOUT_ENTRY, path, fill=False)
     value = check_value(value, SWEEP_AXES[key], path)
     if key == "capacity":
         check_capacity(value, path)

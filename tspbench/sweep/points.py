@@ -117,8 +117,9 @@ def _options(exp: Experiment) -> list[list[tuple[str, dict[str, Any]]]]:
 def _resolve(exp: Experiment, choice: dict[str, Any], method: str, hardware: str | None) -> dict[str, Any]:
     settings, layout = dict(exp.settings), dict(exp.layout)
     for key, value in choice.items():
-        if key == "layout":
-            layout.update(value)
+        if key == "layout":  # an entry's settings (LAYOUT_SETTINGS) go with its degrees
+            layout.update({k: v for k, v in value.items() if k in LAYOUT})
+            settings.update({k: v for k, v in value.items() if k not in LAYOUT})
         elif key in LAYOUT:
             layout[key] = value
         else:
