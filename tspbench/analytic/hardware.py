@@ -109,6 +109,9 @@ class Hardware:
     # NVIDIA GPUs with cuDNN) or "flash" (FlashAttention-2; ROCm's own flash); the fake world's
     # simulated GPU calls it. None: not a GPU (CPU profiles)
     attention_kernel: str | None = None
+    # the board power a step is taken to draw, in watts, for energy per token where no meter
+    # reads one (tspbench.analytic.cost): a datasheet TDP or a power limit. None: unknown
+    board_power_w: float | None = None
     description: str = ""
     sources: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
@@ -317,10 +320,11 @@ def _hardware(data: dict[str, Any]) -> Hardware:
         "host_overhead_us",
         "step_gemm_tflops",
         "comm_compute_slowdown",
+        "board_power_w",
         *LAUNCH_KEYS,
     ):
-        if values.get(key) is not None:
-            values[key] = check.positive(key, values[key], zero_ok=True)
+        if values.get(key) is not None:  # a board of 0 W is no board: > 0
+            values[key] = check.positive(key, values[key], zero_ok=key != "board_power_w")
     for key in (
         "usable_memory_fraction",
         "overlap_efficiency",

@@ -34,6 +34,7 @@ BOUNDS = {
     "graph_kernel_us": MICROSECONDS,
     "graph_replay_us": MICROSECONDS,
     "memory_bytes": (2**20, 2**50),  # 1 MiB .. 1 PiB per device
+    "board_power_w": (1.0, 1e5),  # 1 W .. 100 kW per device
 }
 COUNTS = {"gpus_per_node": (1, 4096), "cores_per_node": (1, 2**20)}
 
