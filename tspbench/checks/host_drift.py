@@ -16,21 +16,41 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from tspbench.core.errors import UsageError
+from tspbench.core.files import write_atomic
 from tspbench.sweep.store import load
 
 STUDY = Path("results/cpu_reference")
+GIT_TIMEOUT_S = 60
 
 
 def records_at(rev: str) -> dict[str, dict]:
     """run id -> record of cpu_reference's completed points at git revision ``rev``."""
-    names = subprocess.run(
-        ["git", "ls-tree", "-r", "--name-only", rev, str(STUDY)], capture_output=True, text=True, check=True
-    ).stdout.split()
+    names = git("ls-tree", "-r", "--name-only", rev, str(STUDY), rev=rev).split()
     out = {}
     for name in (n for n in names if n.endswith("/result.json")):
-        text = subprocess.run(["git", "show", f"{rev}:{name}"], capture_output=True, text=True, check=True)
-        out[Path(name).parent.name] = json.loads(text.stdout)
-    return {k: r for k, r in out.items() if r.get("status") == "completed"}
+        try:
+            out[Path(name).parent.name] = json.loads(git("show", f"{rev}:{name}", rev=rev))
+        except ValueError as exc:
+            raise UsageError(f"--previous {rev}: {name} is not a record: {exc}") from None
+    if not out:
+        raise UsageError(f"--previous {rev}: no {STUDY} records at that revision")
+    return {k: r for k, r in out.items() if isinstance(r, dict) and r.get("status") == "completed"}
+
+
+def git(*args: str, rev: str) -> str:
+    """``git ARGS``' output, with a timeout; one line naming ``--previous`` when it fails (no git,
+    not a checkout, an unknown revision) instead of a CalledProcessError traceback (#45)."""
+    try:
+        done = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"--previous {rev}: git {args[0]} did not run: {exc}") from None
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise UsageError(f"--previous {rev}: git {args[0]} failed: {reason}")
+    return done.stdout
 
 
 def records_in(folder: Path) -> dict[str, dict]:
@@ -47,8 +67,12 @@ def median_error(records: dict[str, dict], field: str, signed: bool = False) -> 
 def host_drift(previous: str, strategies: list[str], as_measured: Path, out: Path) -> dict:
     """Written to ``out`` (JSON) and returned: cpu_reference's ``strategies`` points now against
     git revision ``previous``, and the records ``as_measured`` priced on the profile before."""
+    if not as_measured.is_dir():
+        raise UsageError(f"--as-measured {as_measured}: not an experiment folder")
     before, now = records_at(previous), records_in(STUDY)
     same = sorted(k for k in now if k in before and now[k]["strategy"] in strategies)
+    if not same:
+        raise UsageError(f"--strategies {' '.join(strategies)}: no completed point of them in both runs")
     by_point = [
         {
             "run_id": k,
@@ -83,5 +107,5 @@ def host_drift(previous: str, strategies: list[str], as_measured: Path, out: Pat
         },
         "by_point": by_point,
     }
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
     return result

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from tspbench.analytic.hardware import Hardware
+from tspbench.core.files import write_atomic
 from tspbench.dist import comm
 from tspbench.dist.launch import launch
 from tspbench.dist.mesh import Mesh
@@ -124,5 +125,5 @@ def overlap(worlds: tuple[int, ...], rounds: int, hw: Hardware, out: Path | None
               "rows": study(worlds, rounds)}  # fmt: skip
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        write_atomic(out, json.dumps(result, indent=1) + "\n")
     return result

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tspbench.cli.args import output_path
+from tspbench.core.errors import UsageError
+from tspbench.core.files import write_atomic
 
 DEFAULT_FILE = Path("results/published/published.yaml")
 WHAT = {
@@ -59,6 +61,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     from tspbench.checks.backtest_score import summarize
     from tspbench.checks.published import load_published
 
+    check_flags(args)
     published = load_published(args.file)
     results = args.file.parent
     if args.fit:
@@ -69,7 +72,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
             print(f"{name}: train passes {fitted:.2f} (from {cells}; on {fit['from']}); profile holds {held}")
             if args.write:
                 path = find_profile(name)
-                path.write_text(calibrated_profile(name, fit))
+                write_atomic(path, calibrated_profile(name, fit))  # whole or not at all, one line if not
                 print(f"wrote {path}")
         return 0
     out = output_path(args.out or results, "--out", folder=True)
@@ -92,6 +95,18 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     for problem in damaged:  # predicted without the damaged file; exit 2: the records need attention
         print(f"skipped (damaged): {problem}", file=sys.stderr)
     return 2 if damaged else 0
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags that would do nothing together, refused rather than ignored (#45): ``--write``
+    writes what ``--fit`` fitted; ``--fit`` prints its numbers and stops, so the flags of the
+    backtest proper (``--execute``, ``--rerun``, ``--out``) would be silently dropped."""
+    if args.write and not args.fit:
+        raise UsageError("--write is for --fit (it writes the fitted profiles); add --fit or drop --write")
+    given = (("--execute", args.execute), ("--rerun", args.rerun), ("--out", args.out), ("--json", args.json))
+    ignored = [flag for flag, on in given if on]
+    if args.fit and ignored:
+        raise UsageError(f"--fit prints the fitted numbers and stops: {', '.join(ignored)} would do nothing")
 
 
 def _pct(x: float | None) -> str:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from tspbench.analytic.profile_choice import named_profile
 from tspbench.cli import backtest
-from tspbench.cli.args import output_path, positive_int
+from tspbench.cli.args import bounded_int, cpu_ranks, output_path, positive_int
+from tspbench.core.errors import UsageError
+from tspbench.core.spec import CPU_MAX_SEQ_LEN, PRESETS
 
 TIMELINE_CHECK = Path("results/timeline_check")
 GPU_RESULTS = Path("results/h200")
@@ -37,7 +39,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def _timeline_ops_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--hardware", default="cpu", help="profile the replay is priced on (default: cpu)")
-    c.add_argument("--seq-len", type=positive_int, default=2048, help="tokens per step (default: 2048)")
+    c.add_argument(  # the small preset at world size 4: what it serves, one token a rank at least
+        "--seq-len",
+        type=bounded_int(4, CPU_MAX_SEQ_LEN, "tokens"),
+        default=2048,
+        help="tokens per step (default: 2048)",
+    )
     c.add_argument("--repeats", type=positive_int, default=3, help="profiled steps per rank (default: 3)")
     c.add_argument("--runs", type=positive_int, default=2, help="launches per layout (their spread is shown)")
     c.add_argument("--reprice", action="store_true", help="replay the stored traces; measure nothing")
@@ -47,13 +54,24 @@ def _timeline_ops_args(c: argparse.ArgumentParser) -> None:
 
 def _torch_estimator_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--hardware", default="h100", help="profile whose peaks both price at (default: h100)")
-    c.add_argument("--seq-len", type=positive_int, default=8192, help="tokens per step (default: 8192)")
+    c.add_argument(  # 7b cut to 2 layers: the positions 7b serves
+        "--seq-len",
+        type=bounded_int(1, PRESETS["7b"].max_seq_len, "tokens"),
+        default=8192,
+        help="tokens per step (default: 8192)",
+    )
     c.add_argument("--out", type=Path, default=TIMELINE_CHECK, help=f"folder (default: {TIMELINE_CHECK})")
 
 
 def _overlap_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--rounds", type=positive_int, default=15, help="rounds of every variant (default: 15)")
-    c.add_argument("--worlds", type=positive_int, nargs="+", default=[2, 4], help="world sizes (default 2 4)")
+    c.add_argument(  # a world of 1 has no traffic to hide: its 'hidden' share means nothing
+        "--worlds",
+        type=bounded_int(2, 64, "ranks"),
+        nargs="+",
+        default=[2, 4],
+        help="world sizes (default 2 4)",
+    )
     c.add_argument("--hardware", default="cpu", help="profile whose overlap_efficiency to compare")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.add_argument("--out", type=Path, help="also write the result here (JSON)")
@@ -113,6 +131,7 @@ def cmd_overlap(args: argparse.Namespace) -> int:
     from tspbench.checks.overlap import overlap
 
     out = None if args.out is None else output_path(args.out, "--out", folder=False)
+    cpu_ranks("--worlds", max(args.worlds))
     result = overlap(tuple(args.worlds), args.rounds, named_profile(args.hardware), out)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -137,6 +156,8 @@ def cmd_trace_cost(args: argparse.Namespace) -> int:
 def cmd_tsp_prefetch(args: argparse.Namespace) -> int:
     from tspbench.checks.tsp_prefetch import tsp_prefetch
 
+    if not args.folder.is_dir():
+        raise UsageError(f"{args.folder}: not a folder (it holds before/ and after/)")
     print(json.dumps(tsp_prefetch(args.folder), indent=2))
     return 0
 
@@ -177,6 +198,8 @@ def cmd_gpu_points(args: argparse.Namespace) -> int:
     from tspbench.checks import gpu_op_kinds as op_kinds
     from tspbench.checks.gpu_points import score, scores_table, write_scores
 
+    if not args.root.is_dir():
+        raise UsageError(f"{args.root}: not a folder of GPU runs (results/<gpu>)")
     shipped = named_profile(args.hardware)
     rows = score(args.root, shipped)
     print(scores_table(rows), end="")

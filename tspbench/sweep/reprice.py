@@ -24,8 +24,10 @@ from pathlib import Path
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import named_profile, profile_name
 from tspbench.analytic.replayed import reprice, repriced_record
+from tspbench.core.errors import UsageError
 from tspbench.core.trace import load_traces
 from tspbench.measure.bench import predictions
+from tspbench.sweep.damage import DamagedResults, read_run
 from tspbench.sweep.points import Point
 from tspbench.sweep.store import write_json, write_tables
 
@@ -36,10 +38,14 @@ def reprice_study(folder: Path, with_predictions: bool = False) -> int:
     """Re-price every run of an experiment folder (``reprice_run``), then its tables
     (records.csv and .parquet follow the records); returns how many records were re-priced. Each
     profile the records name is loaded once."""
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: not an experiment folder (results/<experiment>)")
+    runs = [run for run in sorted(folder.iterdir()) if run.is_dir()]
+    bad = [files for files in map(read_run, runs) if files.problems]
+    if bad:  # as status names them, before anything is re-priced (#45)
+        raise DamagedResults(bad)
     profiles = cache(named_profile)
-    done = sum(
-        reprice_run(run, with_predictions, profiles) for run in sorted(folder.iterdir()) if run.is_dir()
-    )
+    done = sum(reprice_run(run, with_predictions, profiles) for run in runs)
     write_tables(folder)
     return done
 
