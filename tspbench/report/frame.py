@@ -19,9 +19,11 @@ from tspbench.analytic.profile_choice import named_profile, profile_name
 from tspbench.core.errors import HardwareError
 from tspbench.core.names import AXES, CATEGORIES, PHASES
 from tspbench.core.units import degrees_text
-from tspbench.report.legend import LAYOUTS
+from tspbench.report.costs import add_costs
+from tspbench.report.legend import EXCHANGES, LAYOUTS, exchange_of, with_exchange
 
 STRATEGY_RANK = {s: i for i, s in enumerate(LAYOUTS)}
+EXCHANGE_RANK = {e: i for i, e in enumerate(EXCHANGES)}
 RECOMPUTE_RANK = {"none": 0, "selective": 1, "op": 2, "full": 3}
 
 
@@ -59,6 +61,13 @@ def series_label(strategy: str, degree_text: str) -> str:
     return f"{strategy} {degree_text}{same}"
 
 
+def series_labels(strategies: pd.Series, degrees: pd.Series, exchanges: pd.Series) -> list[str]:
+    """``series_label`` per row, the K/V exchange after it where it is not the all-gather: 'sp8
+    (ring)' and 'sp8' are two lines of a figure and two layouts of a table, not one (#48)."""
+    rows = zip(strategies, degrees, exchanges, strict=True)
+    return [with_exchange(series_label(s, d), e) for s, d, e in rows]
+
+
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     """The records with the columns tables and figures read, in a fixed, sensible order."""
     df = frame.copy()
@@ -72,9 +81,11 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     fake = (df["source"] == "fake") if "source" in df else pd.Series(False, index=df.index)
     df["source"] = np.where(predicted, "predicted", np.where(fake, "fake", "measured"))
     df["degrees"] = df.apply(lambda row: degrees_text(row["strategy"], row), axis=1)
-    df["series"] = [series_label(s, d) for s, d in zip(df["strategy"], df["degrees"], strict=True)]
+    stored = df["kv_exchange"] if "kv_exchange" in df else pd.Series(None, index=df.index, dtype=object)
+    df["kv_exchange"] = [exchange_of(v) for v in stored]  # records stored before #48: the all-gather
+    df["series"] = series_labels(df["strategy"], df["degrees"], df["kv_exchange"])
     mp = df.apply(lambda row: degrees_text(row["strategy"], row, with_dp=False), axis=1)
-    df["series_mp"] = [series_label(s, d) for s, d in zip(df["strategy"], mp, strict=True)]
+    df["series_mp"] = series_labels(df["strategy"], mp, df["kv_exchange"])
     add_metrics(df, predicted)
     return sort(df)
 
@@ -90,6 +101,7 @@ def add_metrics(df: pd.DataFrame, predicted: pd.Series) -> None:
     df["measured_time"] = column(df, "step_time_s").where(~predicted & done)
     df["pred_time"] = column(df, "predicted_step_time_s").where(~predicted)
     add_capacity(df)
+    add_costs(df)  # device-hours and energy per token, TTFT p99 (#43)
     df["oom_at"] = df["pred_peak"].fillna(df["capacity"]).where(df["status"] == "oom")
     df["tput"] = column(df, "tokens_per_s_per_gpu").where(done)
     df["agg"] = df["tput"] * df["world_size"]
@@ -138,7 +150,7 @@ def profile_memory(name: str) -> tuple[float, float]:
 
 def sort(df: pd.DataFrame) -> pd.DataFrame:
     """Setting first (mode, recompute), then the model-parallel group size (D: layouts on the same
-    GPUs side by side), strategy, layout (TP-heavy first), data-parallel degree, shape."""
+    GPUs side by side), strategy, layout (TP-heavy first), K/V exchange, data-parallel degree, shape."""
     keys = pd.DataFrame(
         {
             "mode": df["mode"],
@@ -149,6 +161,7 @@ def sort(df: pd.DataFrame) -> pd.DataFrame:
             "strategy": df["strategy"].map(STRATEGY_RANK).fillna(len(STRATEGY_RANK)),
             "strategy_name": df["strategy"],
             **{a: -df[a] for a in AXES[1:]},
+            "kv_exchange": df["kv_exchange"].map(EXCHANGE_RANK).fillna(len(EXCHANGE_RANK)),
             "dp": df["dp"],
             "seq_len": df["seq_len"],
             "batch": df["batch"],

@@ -34,3 +34,42 @@ LAYOUTS: dict[str, Look] = {
     "fsdp_sp": Look("FSDP+SP", 9, "P", ("sp",)),
     "tsp": Look("TSP", 3, "o", ("tsp",)),
 }
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """How the report tells the sequence axis's K/V exchanges apart (#48): SP 8 under ring
+    attention holds a different peak than SP 8 under the all-gather, so a table or legend that
+    wrote both "sp8" would show two points as one layout. The default writes nothing."""
+
+    suffix: str  # after the layout's label: "sp8 (ring)"; "" for the default
+    dash: tuple[float, ...]  # its line's dash in a figure that shows exchanges: () is solid
+
+
+DEFAULT_EXCHANGE = "allgather"  # what a record without the field ran (stored before #48)
+EXCHANGES: dict[str, Exchange] = {
+    "allgather": Exchange("", ()),
+    "ring": Exchange("ring", (5, 2)),
+    "ulysses": Exchange("Ulysses", (1.5, 1.5)),
+}
+
+
+def exchange_of(value: object) -> str:
+    """A record's ``kv_exchange``: the default where it is missing, empty or NaN (older records)."""
+    return value if isinstance(value, str) and value else DEFAULT_EXCHANGE
+
+
+def with_exchange(label: str, exchange: str) -> str:
+    """'sp8 (ring)' for ring, 'sp8' for the all-gather; an exchange this table does not know is
+    written as stored, so a new one still reads apart."""
+    look = EXCHANGES.get(exchange)
+    suffix = look.suffix if look else exchange
+    return f"{label} ({suffix})" if suffix else label
+
+
+def split_exchange(label: str) -> tuple[str, str]:
+    """The inverse of ``with_exchange``: ('sp8', 'ring') for 'sp8 (ring)', (label, default) else."""
+    for name, look in EXCHANGES.items():
+        if look.suffix and label.endswith(f" ({look.suffix})"):
+            return label.removesuffix(f" ({look.suffix})"), name
+    return label, DEFAULT_EXCHANGE

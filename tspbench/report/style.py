@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from tspbench.core.files import write_atomic
-from tspbench.report.legend import LAYOUTS
+from tspbench.report.legend import DEFAULT_EXCHANGE, EXCHANGES, LAYOUTS, split_exchange
 
 _CB = sns.color_palette("colorblind").as_hex()
 KNOWN_STRATEGIES = tuple(LAYOUTS)  # their colors and markers: the one table, legend.py
@@ -97,7 +97,9 @@ def variant_color(color: str, i: int, n: int) -> str:
 
 class SeriesStyle:
     """Color, marker, dash and marker fill per series label. Series of one strategy share its hue
-    and marker shape and differ by lightness (dark to light), dash and fill (full, hollow, half)."""
+    and marker shape and differ by lightness (dark to light), dash and fill (full, hollow, half).
+    Where a series names a K/V exchange ('sp8 (ring)', legend.EXCHANGES), the dash is the
+    exchange's in every layout, and lightness and fill tell only the layouts apart (#48)."""
 
     def __init__(self, series: Sequence[tuple[str, str]], all_strategies: Sequence[str]) -> None:
         """``series`` is (label, strategy) pairs in legend order; ``all_strategies`` fixes colors."""
@@ -107,22 +109,31 @@ class SeriesStyle:
         self.color: dict[str, str] = {}
         self.marker: dict[str, str] = {}
         self.variant: dict[str, int] = {}
+        self.dash: dict[str, tuple[float, ...]] = {}  # by K/V exchange, when a series shows one
+        split = {label: split_exchange(label) for label in self.labels}
+        by_exchange = any(exchange != DEFAULT_EXCHANGE for _, exchange in split.values())
         for strategy in dict.fromkeys(s for _, s in series):
             members = [label for label, s in series if s == strategy]
+            # with exchanges shown, 'sp8' and 'sp8 (ring)' are one layout: one color, two dashes
+            layouts = list(dict.fromkeys(split[m][0] for m in members)) if by_exchange else members
             color, marker = base[strategy]
-            for i, label in enumerate(members):
-                self.color[label] = variant_color(color, i, len(members))
+            for label in members:
+                i = layouts.index(split[label][0] if by_exchange else label)
+                self.color[label] = variant_color(color, i, len(layouts))
                 self.marker[label] = marker
                 self.variant[label] = i
+                if by_exchange:
+                    self.dash[label] = EXCHANGES[split[label][1]].dash
 
     def line(self, label: str) -> dict:
         """Keyword arguments for ``Axes.plot`` / ``Line2D`` of this series."""
         i = self.variant[label]
-        dash, fill, color = DASHES[i % len(DASHES)], FILLS[i % len(FILLS)], self.color[label]
+        dash = self.dash.get(label, DASHES[i % len(DASHES)])
+        fill, color = FILLS[i % len(FILLS)], self.color[label]
         return {
             "color": color,
             "marker": self.marker[label],
-            "linestyle": "-" if dash == "" else (0, dash),
+            "linestyle": "-" if not dash else (0, dash),
             "fillstyle": fill,
             "markerfacecoloralt": "white",
             "markeredgecolor": "white" if fill == "full" else color,
