@@ -133,6 +133,7 @@ FIELDS: tuple[Field, ...] = (
     _f("decode_comm_<op>_bytes_per_step", "B", "measured", "decode: bus bytes of the op per step"),
     # ------------------------------------------------------------------ decode time and energy
     _f("ttft_s", "s", "measured", "decode: time to the first token (the prefill)"),
+    _f("ttft_p99_s", "s", "measured", "decode: TTFT 99th percentile over the timed runs (one prefill each)"),
     _f("ttft_times_s", "s", "measured", "decode: every timed prefill"),
     _f("tpot_s", "s", "measured", "decode: median time per output token"),
     _f("tpot_p50_s", "s", "measured", "decode: TPOT 50th percentile"),
@@ -140,9 +141,14 @@ FIELDS: tuple[Field, ...] = (
     _f("tpot_p99_s", "s", "measured", "decode: TPOT 99th percentile"),
     _f("tpot_times_s", "s", "measured", "decode: every step's time"),
     _f("decode_tokens_per_s", "tokens/s", "measured", "decode: batch x data degree / TPOT median"),
-    _f("energy_per_token_j", "J", "measured", "decode: energy per generated token (NVML, amdsmi, RAPL)"),
     _f("energy_source", "", "measured", "which counter the energy came from"),
     _f("energy_unavailable", "", "measured", "why there is no energy figure"),
+    # ------------------------------------------------------------------ cost (analytic/cost.py, #43)
+    _f("gpu_hours_per_btok", "GPU-h", "run", "world x step time / tokens per step / 3600 x 1e9"),
+    _f("gpu_hours_per_mtok", "GPU-h", "run", "decode: world x TPOT / (batch x dp) / 3600 x 1e6"),
+    _f("gpu_hours_source", "", "run", "measured (the step time measured) or projected (model, timeline)"),
+    _f("energy_per_token_j", "J", "run", "per token (decode: generated): measured, else projected"),
+    _f("energy_per_token_source", "", "run", "measured (NVML, amdsmi, RAPL) or projected (board_power_w)"),
     # ------------------------------------------------------------------ the analytic model
     _f("predicted_hardware", "", "predicted", "the profile the model's time is for"),
     _f("predicted_peak_memory_bytes", "B", "predicted", "the model's peak per rank"),

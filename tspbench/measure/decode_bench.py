@@ -10,6 +10,7 @@ and taken on the slowest rank. On CUDA the timed runs replay each step as a capt
 
 Record columns beside point_record's:
     ttft_s, ttft_times_s            the prefill (time to first token), median over timed runs
+    ttft_p99_s                      its 99th percentile over the timed runs (one prefill a run)
     tpot_s (= tpot_p50_s), tpot_p90_s, tpot_p99_s, tpot_times_s
                                     time per output token over every step of every timed run
     decode_tokens_per_s             B x data degree / tpot_s (every replica's sequences)
@@ -99,6 +100,7 @@ def decode_record(layout: Layout, workload: Workload, ranks: list[dict]) -> dict
     top = max(ranks, key=lambda r: r["memory"].peak_bytes)
     return {
         "ttft_s": statistics.median(ttft),
+        "ttft_p99_s": percentile(ttft, 0.99),  # over the timed runs: one prefill each
         "ttft_times_s": ttft,
         "tpot_s": median,
         "tpot_p50_s": median,
