@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -188,3 +190,33 @@ def test_a_sweep_takes_the_bounds_a_single_command_takes(change: str, says: str,
     study.write_text(PREDICT_STUDY.replace("grid: {seq_len: [256, 512]}", "grid: {batch: [1]}"))
     argv = ["run", str(study), "--executor", "predict", "--set", change, "--results", str(tmp_path / "r")]
     one_line(argv, says, capsys)
+
+
+# ------------------------------------------------------------------ 8. writes and their checks
+
+
+def test_a_long_output_name_is_written_or_refused_before_the_work(tmp_path: Path, capsys) -> None:
+    from tspbench.core.files import write_atomic
+
+    assert write_atomic(tmp_path / ("t" * 250 + ".npz"), b"x").read_bytes() == b"x"  # the temp name fits
+    too_long = tmp_path / ("t" * 300 + ".npz")
+    fake = ["bench", "--fake", "--strategy", "tp", "--tp", "2", "--model", "tiny", "--seq-len", "64"]
+    one_line([*fake, "--trace", str(too_long)], "at most 255 bytes a name", capsys)
+    study = tmp_path / "long.yaml"
+    study.write_text(PREDICT_STUDY.replace("name: tiny", "name: " + "e" * 300))
+    one_line(["run", str(study), "--executor", "predict"], "name: 300 characters: at most 128", capsys)
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed"])
+def test_stdout_on_a_full_device_or_closed_is_no_traceback(stdout: str, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "tspbench", "predict", "--strategy", "tp", "--tp", "2", "--model", "tiny"]
+    if stdout == "full":
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            "tspbench predict: error: cannot write standard output: No space left on device"
+        ], done.stderr
+    else:
+        line = " ".join(argv) + " >&-"
+        done = subprocess.run(line, shell=True, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -19,6 +19,7 @@ from tspbench.core.bounds import (
     max_cpu_ranks,
 )
 from tspbench.core.errors import UsageError
+from tspbench.core.files import name_problem
 from tspbench.core.names import AXES, RECOMPUTE_MODES
 from tspbench.core.spec import (
     KV_EXCHANGES,
@@ -228,6 +229,9 @@ def output_path(path: Path, flag: str, folder: bool, writable: bool = True) -> P
     """``path`` if it can be written as a folder (or a file): no file where a folder must be, no
     folder where the file goes, and (``writable``) the nearest existing folder takes new files.
     Checked before any work starts, so minutes of measuring never end in a failed write."""
+    too_long = name_problem(path)
+    if too_long:
+        raise UsageError(f"{flag} {path}: {too_long}")
     want, found = ("folder", "file") if folder else ("file", "folder")
     if path.exists() and path.is_dir() != folder:
         raise UsageError(f"{flag} {path}: is a {found}, expected a {want}")

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
 import tspbench
-from tspbench.core.errors import UsageError
+from tspbench.core.errors import OutputError, UsageError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
@@ -116,8 +116,10 @@ class _DropWhenClosed:
     """stdout that drops what it is given once its reader has gone (``tspbench run ... | head -1``),
     so the command runs to its end (a sweep keeps measuring) and exits with its own status."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream, self._gone = stream, False
+    def __init__(self, stream: TextIO | None) -> None:
+        # stdout closed before the command started (``>&-``): Python gives None; as a gone reader
+        self._gone = stream is None
+        self._stream = open(os.devnull, "w") if stream is None else stream  # noqa: SIM115
 
     def write(self, text: str) -> int:
         if not self._gone:
@@ -125,6 +127,8 @@ class _DropWhenClosed:
                 self._stream.write(text)
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as exc:
+                self._failed(exc)
         return len(text)
 
     def flush(self) -> None:
@@ -133,6 +137,14 @@ class _DropWhenClosed:
                 self._stream.flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        """stdout on a full device (ENOSPC) or a failing one (EIO): one line, exit 2, not a
+        traceback now and an 'Exception ignored' at exit (#45)."""
+        self._reader_gone()
+        raise OutputError(exc.errno or 0, f"cannot write standard output: {exc.strerror or exc}", "<stdout>")
 
     def _reader_gone(self) -> None:
         self._gone = True
@@ -149,6 +161,7 @@ def output_may_close() -> Iterator[None]:
     original, sys.stdout = sys.stdout, _DropWhenClosed(sys.stdout)
     try:
         yield
+        sys.stdout.flush()  # a full device says so here, where main prints it as one line
     finally:
         sys.stdout = original
 

@@ -55,7 +55,8 @@ def _write_in_place(path: Path, data: bytes) -> None:
 
 
 def _replace(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # the temporary name stays short: a 250-byte name plus mkstemp's part would pass NAME_MAX
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
@@ -129,6 +130,18 @@ def read_input_text(path: Path, limit: int = INPUT_LIMIT, error: type[UsageError
         line = data[: exc.start].count(b"\n") + 1
         byte = f"0x{data[exc.start]:02x}"
         raise error(f"{path}: not UTF-8 text: byte {byte} at line {line} (save it as UTF-8)") from None
+
+
+NAME_MAX = 255  # bytes in one file or folder name (ext4, xfs, tmpfs)
+
+
+def name_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be created as named (a part longer than NAME_MAX bytes), or None:
+    checked before the work, so minutes of measuring never end in ENAMETOOLONG."""
+    long = next((part for part in Path(path).parts if len(part.encode()) > NAME_MAX), None)
+    if long is None:
+        return None
+    return f"a name of {len(long.encode())} bytes ({long[:24]}...): at most {NAME_MAX} bytes a name"
 
 
 def check_suffix(path: Path, flag: str, allowed: tuple[str, ...]) -> Path:

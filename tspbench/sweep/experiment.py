@@ -183,6 +183,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _validate(path: Path, raw: dict[str, Any], overrides: tuple[str, ...]) -> Experiment:
     top = check_mapping(raw, TOP, "")
+    if len(top["name"]) > 128:  # a results folder and file names are made from it (#45)
+        raise SchemaError("name", f"{len(top['name'])} characters: at most 128 (it names the results folder)")
     if not _NAME_RE.fullmatch(top["name"]):
         raise SchemaError("name", f"{top['name']!r} must be a folder name (letters, digits, _ . -)")
     model = {k: v for k, v in check_mapping(top["model"], MODEL, "model").items() if v is not None}
