@@ -24,7 +24,9 @@ from typing import Any
 
 from tspbench.analytic.hardware import find_profile
 from tspbench.core.errors import DamagedFileError, ExperimentError, HardwareError, UsageError
+from tspbench.core.files import read_input_text
 from tspbench.core.names import RECOMPUTE_MODES
+from tspbench.core.records import record_problem
 from tspbench.core.schema import BOOL, INT, NUM, STR, Field, SchemaError, check_mapping
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.yamlfile import read_yaml
@@ -344,10 +346,13 @@ def read_fake_record(results: Path, layout: Layout, workload: Workload) -> dict[
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text() or "empty")
+        record = json.loads(read_input_text(path) or "empty")  # bounded, UTF-8 (#45)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         what = "an empty file" if path.stat().st_size == 0 else f"not valid JSON ({exc})"
         raise DamagedFileError(f"{path}: not a readable fake-world record: {what}") from None
     if not isinstance(record, dict):
         raise DamagedFileError(f"{path}: not a fake-world record (expected a JSON mapping)")
+    problem = record_problem(record)  # a field of the wrong type or inf: damaged, named (#45)
+    if problem:
+        raise DamagedFileError(f"{path}: not a readable fake-world record: {problem}")
     return record

@@ -37,6 +37,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.replayed import reprice as replay
 from tspbench.analytic.timeline import Costs, Timeline, kind_seconds
 from tspbench.calibrate import opcosts
+from tspbench.core.errors import UsageError
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
@@ -193,12 +194,18 @@ def measure(
     return [check(layout, measured[layout.describe()], hw) for layout in LAYOUTS]
 
 
+CALIBRATE_TIMEOUT_S = 4 * 3600
+
+
 def calibrate(out: Path, seq_len: int) -> None:
     """``tspbench calibrate`` with the committed cpu profile's settings, into ``out``."""
     settings = ["--ranks", "4", "--model", "small", "--seq-len", str(seq_len), "--max-seq-len", "8192"]
     command = [sys.executable, "-m", "tspbench", "calibrate", *settings, "--name", out.stem]
     command += ["--out", str(out)]
-    subprocess.run(command, check=True)
+    try:  # minutes of measuring; a calibrate that hangs or fails is one line, not a traceback (#45)
+        subprocess.run(command, check=True, timeout=CALIBRATE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"--calibrate {out}: tspbench calibrate did not finish: {exc}") from None
 
 
 def reprice(out: Path, hw: Hardware) -> list[dict]:
