@@ -28,7 +28,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.timeline import timeline
 from tspbench.checks.gpu_ops import KINDS, OP_LEVEL_TOLERANCE, elementwise_by_op
 from tspbench.checks.gpu_points import same_run_profile
-from tspbench.core.files import write_atomic
+from tspbench.core.files import read_input_text, write_atomic
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace
 from tspbench.dist.fake_world import run_fake_ranks
@@ -53,9 +53,9 @@ def measured_entries(run: Path) -> list[dict]:
     """Every step of ``run`` measured by kind: {strategy, point, seconds_by_kind, source}."""
     out = []
     if (run / PROBE).is_file():
-        out += [{**e, "source": "probe"} for e in json.loads((run / PROBE).read_text())]
+        out += [{**e, "source": "probe"} for e in json.loads(read_input_text(run / PROBE))]
     for path in sorted((run / "gpu_check").glob("ops_*.json")):
-        check = json.loads(path.read_text())
+        check = json.loads(read_input_text(path))
         details = check.get("details") or {}
         if check.get("status") in ("passed", "failed") and details.get("workload"):
             out.append({"strategy": path.stem.removeprefix("ops_"), "point": details["workload"],

@@ -28,7 +28,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import predict
 from tspbench.analytic.profile_choice import named_profile
 from tspbench.analytic.replayed import reprice
-from tspbench.core.files import write_atomic
+from tspbench.core.files import read_input_text, write_atomic
 from tspbench.core.names import AXES
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import load_traces
@@ -66,7 +66,7 @@ def measured_points(run: Path) -> list[Measured]:
     """Everything of ``run`` that this test set scores (module doc)."""
     out: list[Measured] = []
     for path in sorted((run / "bench").glob("*.json")):
-        record = json.loads(path.read_text())
+        record = json.loads(read_input_text(path))
         if record.get("status") != "completed":
             continue
         if record["mode"] == "decode":
@@ -78,11 +78,11 @@ def measured_points(run: Path) -> list[Measured]:
             out.append(Measured(run.name, path.stem, "step", record["step_time_s"], record, trace))
     tpot = run / "gpu_check" / "decode_tpot.json"
     if tpot.is_file():
-        graphed = json.loads(tpot.read_text())["details"].get("graphed") or {}
+        graphed = json.loads(read_input_text(tpot))["details"].get("graphed") or {}
         if graphed.get("tpot_p50_s"):
             out.append(Measured(run.name, "gpu-check decode/tpot", "tpot", graphed["tpot_p50_s"], graphed))
     probe = run / "probes" / "decode_kernels.json"
-    if probe.is_file() and "graphed_tpot_s" in (found := json.loads(probe.read_text())):
+    if probe.is_file() and "graphed_tpot_s" in (found := json.loads(read_input_text(probe))):
         record = {
             **DECODE_POINT,
             "strategy": "dp",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tspbench.core.files import read_input_text
 from tspbench.report.gantt import panel, panels_figure, replay
 
 FIELDS = (
@@ -31,7 +32,7 @@ def tsp_prefetch(folder: Path) -> dict[str, dict]:
     """gantt.png and summary.json from ``folder``'s two traced points; returns the summary."""
     panels, summary = [], {}
     for side in ("before", "after"):
-        record = json.loads((folder / side / "result.json").read_text())
+        record = json.loads(read_input_text(folder / side / "result.json"))
         row = pd.Series({**record, "run_dir": str(folder / side), "series": side, "run_id": side})
         summary[side] = {k: record[k] for k in FIELDS}
         panels.append(panel(row, replay(row)))
