@@ -142,7 +142,7 @@ def load_profile(name: str) -> Profile:
         path = Path(name)
     else:
         path = next((d / f"{name}.yaml" for d in PROFILE_DIRS if (d / f"{name}.yaml").is_file()), Path(name))
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device: read_yaml refuses it, saying what it is
         raise UsageError(f"cluster profile {name!r} not found; known: {', '.join(profile_names()) or 'none'}")
     raw = read_yaml(path)
     try:
