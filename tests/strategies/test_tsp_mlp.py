@@ -10,6 +10,10 @@ from tspbench.analytic.hardware import load_hardware
 from tspbench.analytic.predict import predict
 from tspbench.core.errors import WorkloadError
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.dist.comm import summarize
+from tspbench.dist.fake_world import run_fake_ranks
+from tspbench.measure import fake_cuda
+from tspbench.measure.fake import fake_rank
 from tspbench.measure.validate import validate
 from tspbench.strategy import check_layout, get_strategy
 
@@ -95,3 +99,23 @@ def test_broadcast_under_full_recomputation_with_dp() -> None:
     workload = FLOAT64.with_(mlp_exchange="broadcast", recompute="full")
     result = validate(Layout("tsp", tsp=2, dp=2), workload, ("train",))
     assert result["comm_matches_analytic"] and result["passed"], result["max_rel_err"]
+
+
+@pytest.mark.slow
+def test_the_fake_world_executes_it_with_the_declared_collectives() -> None:
+    """Simulated GPU, bf16, tsp 4: the first and last rank's counted collectives equal the
+    analytic count, training (selective) and prefill."""
+    layout, loads = Layout("tsp", tsp=4), []
+    for mode, recompute in (("train", "selective"), ("infer", "none")):
+        w = Workload(TINY, 1, 256, mode, recompute, "bfloat16", "cuda", mlp_exchange="broadcast")
+        loads.append(w)
+    env = fake_cuda.preload_env("cuda")
+    ranks = run_fake_ranks(_fake_steps, [0, 3], 4, layout, loads, workers=2, env=env)
+    cls = check_layout(layout, loads[0])
+    for records in ranks:
+        for workload, comm in zip(loads, records, strict=True):
+            assert summarize(comm) == summarize(cls.comm_volume(layout, workload)), workload.mode
+
+
+def _fake_steps(layout: Layout, loads: list[Workload]) -> list[list]:
+    return [fake_rank(layout, workload)["comm"] for workload in loads]
