@@ -300,14 +300,7 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     ]
     if missing:
         raise BadField(f"missing key(s) {missing}")
-    values = dict(data)
-    zero_ok = ("attention_causal_tflops", "overlap_efficiency", "reserved_overhead_fraction")
-    for key in (*RATES, "memory_bytes", "usable_memory_fraction", *zero_ok):
-        if key in values:
-            values[key] = check.positive(key, values[key], zero_ok=key in zero_ok)
-    for key, (low, high) in check.COUNTS.items():
-        if values.get(key) is not None:
-            values[key] = check.count(key, values[key], low, high)
+    values = _scalars(dict(data))
     values["elementwise_by_op"] = _rates("elementwise_by_op", values.get("elementwise_by_op"))
     contention = values.get("step_contention") or {}
     if not isinstance(contention, dict):
@@ -315,24 +308,6 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     values["step_contention"] = {
         str(k): check.shares(f"step_contention.{k}", v) for k, v in contention.items()
     }
-    for key in (
-        "op_overhead_us",
-        "host_overhead_us",
-        "step_gemm_tflops",
-        "comm_compute_slowdown",
-        "board_power_w",
-        *LAUNCH_KEYS,
-    ):
-        if values.get(key) is not None:  # a board of 0 W is no board: > 0
-            values[key] = check.positive(key, values[key], zero_ok=key != "board_power_w")
-    for key in (
-        "usable_memory_fraction",
-        "overlap_efficiency",
-        "comm_compute_slowdown",
-        "reserved_overhead_fraction",
-    ):
-        if values.get(key) is not None and values[key] > 1:
-            raise BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
     for key in ("contention", "attention_contention"):
         values[key] = check.shares(key, values.get(key))
     values["sync_us"] = _sync_table(values.get("sync_us"))
@@ -353,6 +328,25 @@ def _hardware(data: dict[str, Any]) -> Hardware:
     if not isinstance(values.get("name"), str) or not isinstance(values.get("description", ""), str):
         raise BadField("name, description: expected text")
     return Hardware(**values)
+
+
+def _scalars(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every single-number key checked: rates and sizes in their bounds, counts
+    integers, overheads >= 0 (a board's power > 0), fractions at most 1."""
+    zero_ok = ("attention_causal_tflops", "overlap_efficiency", "reserved_overhead_fraction")
+    for key in (*RATES, "memory_bytes", "usable_memory_fraction", *zero_ok):
+        if key in values:
+            values[key] = check.positive(key, values[key], zero_ok=key in zero_ok)
+    for key, (low, high) in check.COUNTS.items():
+        if values.get(key) is not None:
+            values[key] = check.count(key, values[key], low, high)
+    for key in (*OVERHEADS, "board_power_w", *LAUNCH_KEYS):
+        if values.get(key) is not None:  # a board of 0 W is no board: > 0
+            values[key] = check.positive(key, values[key], zero_ok=key != "board_power_w")
+    for key in FRACTIONS:
+        if values.get(key) is not None and values[key] > 1:
+            raise BadField(f"{key}: must be in (0, 1], got {values[key]!r}")
+    return values
 
 
 def _rates(key: str, entry: Any) -> dict[str, float]:
