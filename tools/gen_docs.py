@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tools.docs_numbers import hinges, paper_checks, studies, time_checks
+from tools.docs_numbers import hinges, kv_exchange, paper_checks, studies, time_checks
 from tools.docs_numbers.stored import Part
 from tspbench.core.fields import markdown_table
 from tspbench.report import backtest
@@ -52,6 +52,7 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "timings": studies.timings,
     "cpu_memory": studies.cpu_memory,
     "memory_128k": studies.memory_128k,
+    "kv_memory": kv_exchange.kv_memory,  # the peers' K/V exchanges at 128K (#48)
     "projected": studies.projected,
     # the backtest's summary (studies) and its three profiles side by side (report.backtest)
     "backtest": lambda results: studies.backtest(results) | backtest.doc_values(results),
@@ -88,6 +89,44 @@ def ledger_table(results: Path) -> str:
 
     papers = {p.name: load(p) for p in sorted(results.glob("paper_*")) if any(p.glob("*/point.json"))}
     return "\n".join(f"- ({r.key}) {r.claim}: **{r.verdict}** ({r.evidence})." for r in ledger(papers))
+
+
+# Every setting that changes a layout's speed or memory (#43): what it changes, its values; the
+# layouts it applies to come from the registry (Strategy.switches), the studies that sweep it from
+# experiments/*.yaml, so the table cannot drift from the code.
+SETTINGS_TABLE = {
+    "recompute": ("none, selective, op, full", "none (paper studies: selective)",
+                  "memory down (activations), time up (forward work again in backward)"),
+    "megatron_sp": ("false, true", "false", "norms and residual stream sharded over tp: memory down; "
+                    "all-reduce becomes all-gather + reduce-scatter"),
+    "overlap": ("true, false", "true", "weight movement hidden behind compute (and TSP's cross-pass "
+                "prefetch of W_0); false: blocking transfers, one shard less in flight"),
+    "kv_exchange": ("allgather, ring, ulysses", "allgather", "K/V of the whole sequence gathered, passed "
+                    "round a ring, or all-to-all to head shards: peak memory and exposed comm"),
+    "mlp_exchange": ("ring, broadcast", "ring", "TSP's MLP shards passed round a ring (one link) or "
+                     "broadcast from each owner (every link): comm time"),
+}  # fmt: skip
+
+
+def settings_table(results: Path) -> Values:
+    """The settings table: setting, layouts, values, default, what it changes, studies sweeping it."""
+    from tspbench.strategy import iter_strategies
+
+    takers = {k: [s.name for s in iter_strategies() if k in s.switches] for k in SETTINGS_TABLE}
+    takers["recompute"] = ["every layout (training)"]
+    rows = [
+        "| setting | applies to | values | default | what it changes | swept by |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, (values, default, what) in SETTINGS_TABLE.items():
+        studies_ = [p.stem for p in sorted((ROOT / "experiments").glob("*.yaml"))
+                    if f"{key}:" in p.read_text().partition("\nsweep:")[2]]  # fmt: skip
+        rows.append(f"| `{key}` | {', '.join(takers[key])} | {values} | {default} | {what} | "
+                    f"{', '.join(studies_) or 'none'} |")  # fmt: skip
+    return {"table": "\n".join(rows)}
+
+
+GROUPS["settings"] = settings_table  # #43: every layout's settings, from the registry
 
 
 PLACEHOLDER = re.compile(r"{{(\w+)(?:\.(\w+))?}}")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tspbench.core.names import AXES
+from tspbench.report.frame import series_label
 
 # What a layout may tune, and each one's default. Recompute's is the paper's (selective, every
 # paper training study's base); the switches' are the Workload's (tspbench.core.spec).
@@ -204,3 +205,21 @@ def value_text(value: float | None, speed: bool) -> str:
     if value is None or pd.isna(value):
         return "OOM / not run"
     return f"{value:,.1f}" if speed else f"{value / 2**30:,.2f}"
+
+
+def swept(df: pd.DataFrame) -> bool:
+    """Whether some layout was run at more than one setting (else best and default are one point)."""
+    df = with_settings(df)
+    return bool(df.groupby(coordinates(df), dropna=False).size().gt(1).any())
+
+
+def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
+    """The rows a speed study's figures draw to compare best against best: one line per layout
+    (labelled without its settings, which vary along it), or None where nothing was swept or the
+    study asks about memory (its figures show each setting: paper_memory's recompute panels,
+    paper_memory_kv's exchanges)."""
+    if metric_of(name) != "speed" or not swept(df):
+        return None
+    best = best_rows(df, "speed")
+    labels = [series_label(s, d) for s, d in zip(best["strategy"], best["degrees"], strict=True)]
+    return best.assign(series=labels) if "degrees" in best else best

@@ -17,7 +17,7 @@ bars.py (bars and parity) draw from it. No torch is needed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import matplotlib as mpl
@@ -28,6 +28,7 @@ from tspbench.core.errors import DamagedFileError
 from tspbench.core.files import write_atomic
 from tspbench.report import bars, decode, figures, gantt, studies
 from tspbench.report.band import BandFinder, with_bands
+from tspbench.report.best import best_rows, best_view, markdown_lines, metric_of, swept
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
 from tspbench.report.ledger import HingeFinder, write_ledger
@@ -84,7 +85,7 @@ def report(
     gpu, damaged = write_gpu_runs(results_dir, out_dir)
     if gpu is not None:
         lines.append(f"- [measured on a lent GPU]({gpu.name})")
-    papers = {p.name: load(p) for p in experiments if p.name.startswith("paper_")}
+    papers = {p.name: for_claims(load(p), p.name) for p in experiments if p.name.startswith("paper_")}
     claims = write_ledger(papers, out_dir, hinges) if papers else None  # the paper's claims, judged
     if claims is not None:
         lines.append(f"- [the paper's claims, judged from these records]({claims.name})")
@@ -165,9 +166,10 @@ def report_experiment(
     write_atomic(out_dir / "summary.md", markdown(table))
     outputs.tables = [out_dir / "summary.csv", out_dir / "summary.md"]
     ctx = context(df)
+    drawn, drawn_ctx = best_against_best(df, ctx, out_dir)  # #43: each layout at its best
     for spec in FIGURES:
         with mpl.rc_context(RC):
-            fig = spec.draw(df, ctx)
+            fig = spec.draw(drawn, drawn_ctx)
             if fig is not None:
                 outputs.figures[spec.name] = save(fig, out_dir / spec.name)
         if fig is None:
@@ -182,6 +184,25 @@ def report_experiment(
     return outputs
 
 
+def best_against_best(df: pd.DataFrame, ctx: Context, out_dir: Path) -> tuple[pd.DataFrame, Context]:
+    """What the figures draw: where a speed study swept settings, each layout's best feasible
+    setting (tspbench.report.best), and every title says so; else every record."""
+    best = best_view(df, study_name(df, out_dir))
+    if best is None:
+        return df, ctx
+    return best, replace(ctx, where=f"{ctx.where}; each layout at its best setting")
+
+
+def for_claims(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The records a claim judges: of a speed study that swept settings, each layout's best (#43),
+    so TSP is held against TP+SP each at its best; a memory study's records as stored."""
+    return best_rows(frame) if metric_of(name) == "speed" and swept(frame) else frame
+
+
+def study_name(df: pd.DataFrame, out_dir: Path) -> str:
+    return str(df["experiment"].iloc[0]) if "experiment" in df and len(df) else out_dir.name
+
+
 def with_run_dirs(frame: pd.DataFrame, runs: Path | None) -> pd.DataFrame:
     """The records with each point's run folder (``gantt.RUN_DIR``) when ``runs`` is known."""
     if runs is None or "run_id" not in frame:
@@ -191,7 +212,7 @@ def with_run_dirs(frame: pd.DataFrame, runs: Path | None) -> pd.DataFrame:
 
 def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs) -> str:
     """report.md: what ran where, the tables, every figure embedded, what was not drawn and why."""
-    name = str(df["experiment"].iloc[0]) if "experiment" in df and len(df) else outputs.out_dir.name
+    name = study_name(df, outputs.out_dir)
     counts = df["status"].value_counts()
     status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     lines = [
@@ -203,9 +224,10 @@ def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs) -> str:
         "",
         "- [summary.md](summary.md), [summary.csv](summary.csv): one row per point",
         "",
-        "## Figures",
-        "",
     ]
+    best = markdown_lines(df, name, ctx.where)  # #43: each layout at its best beside its default
+    lines += ["## Each layout at its best setting", "", *best, ""] if best else []
+    lines += ["## Figures", ""]
     for spec in FIGURES:
         if spec.name in outputs.figures:
             title = spec.what[0].upper() + spec.what[1:]
