@@ -63,3 +63,16 @@ def test_nonsense_to_a_check_is_one_line(argv: list[str], says: str, tmp_path: P
     file = tmp_path / "a-file"
     file.write_text("not a folder")
     one_line([str(file) if a == "FILE" else a for a in argv], says, capsys)
+
+
+def test_backtest_fit_write_to_a_read_only_place_is_one_line(monkeypatch, capsys) -> None:
+    """The fitted profile goes through write_atomic: a location that takes no files is one
+    line naming it (/proc stands in for a read-only mount), no traceback, no half-written file."""
+    import tspbench.cli.backtest as cli_backtest
+    from tspbench.core.files import write_atomic
+
+    nowhere = Path("/proc/tspbench-nowhere.yaml")  # in place of the shipped profile's path
+    monkeypatch.setattr(cli_backtest, "write_atomic", lambda path, data: write_atomic(nowhere, data))
+    assert exit_code(["check", "backtest", "--fit", "--write"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write /proc/tspbench-nowhere.yaml" in err and len(err.strip().splitlines()) == 1, err
