@@ -69,6 +69,15 @@ def test_report_refuses_a_folder_holding_a_users_files_and_keeps_them(tmp_path: 
     assert {p.name: p.read_bytes() for p in mine.iterdir()} == files
 
 
+def test_report_refuses_a_folder_whose_report_md_is_a_fifo_without_blocking(tmp_path: Path, capsys) -> None:
+    study = predicted_study(tmp_path, capsys)
+    mine = tmp_path / "mypics"
+    mine.mkdir()
+    os.mkfifo(mine / "report.md")
+    os.mkfifo(mine / ".tspbench-report")
+    one_line(["report", str(study), "--out", str(mine)], "holds files a report did not write", capsys)
+
+
 def test_report_regenerates_its_own_folder_and_deletes_only_what_it_wrote(tmp_path: Path, capsys) -> None:
     study = predicted_study(tmp_path, capsys)
     out = tmp_path / "out"

@@ -38,6 +38,7 @@ from tspbench.analytic.replayed import reprice as replay
 from tspbench.analytic.timeline import Costs, Timeline, kind_seconds
 from tspbench.calibrate import opcosts
 from tspbench.core.errors import UsageError
+from tspbench.core.files import read_input_text
 from tspbench.core.spec import Layout, ModelConfig, Workload
 from tspbench.core.trace import RankTrace, load_traces, save_traces
 from tspbench.dist.launch import launch
@@ -211,7 +212,7 @@ def calibrate(out: Path, seq_len: int) -> None:
 def reprice(out: Path, hw: Hardware) -> list[dict]:
     """The stored rows replayed again from their stored traces on the profile ``hw`` (nothing
     measured)."""
-    stored = json.loads((out / "ops.json").read_text())["rows"]
+    stored = json.loads(read_input_text(out / "ops.json"))["rows"]
     traces = {row["layout"]: load_traces(trace_path(out, row["layout"]))[0] for row in stored}
     return [replayed(row, traces[row["layout"]], hw) for row in stored]
 

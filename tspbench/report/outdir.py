@@ -15,10 +15,11 @@ only into a folder it owns, and deletes only files it wrote:
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from tspbench.core.errors import UsageError
-from tspbench.core.files import write_atomic
+from tspbench.core.files import read_input, write_atomic
 
 MANIFEST = ".tspbench-report"
 _SIGNATURES = ("Regenerate with `tspbench report", "# Reports\n")  # what a report.md of ours says
@@ -27,16 +28,21 @@ _SIGNATURES = ("Regenerate with `tspbench report", "# Reports\n")  # what a repo
 def written_before(out_dir: Path) -> set[str] | None:
     """The names the last report listed as its own in ``out_dir`` (None: no list there)."""
     manifest = out_dir / MANIFEST
-    if not manifest.is_file():
+    if not os.path.lexists(manifest):
         return None
-    text = manifest.read_bytes()[:1_000_000].decode("utf-8", "replace")
+    try:  # bounded, regular files only: a FIFO or a huge file here is not our list
+        text = read_input(manifest, 4 * 2**20).decode("utf-8", "replace")
+    except UsageError:
+        return None
     return {line for line in text.splitlines() if line and "/" not in line and line not in (".", "..")}
 
 
 def _ours(report_md: Path) -> bool:
-    if not report_md.is_file():
+    """Whether ``report_md`` is a report.md a report wrote (its text says so)."""
+    try:
+        head = read_input(report_md, 16 * 2**20)[:100_000].decode("utf-8", "replace")
+    except UsageError:  # absent, a FIFO, a folder, too large: not a report.md of ours
         return False
-    head = report_md.read_bytes()[:100_000].decode("utf-8", "replace")
     return head.startswith(_SIGNATURES[1]) or _SIGNATURES[0] in head
 
 
@@ -47,7 +53,7 @@ def claim(out_dir: Path, flag: str = "--out") -> None:
     if not out_dir.is_dir():
         raise UsageError(f"{flag} {out_dir}: is a file, expected a folder")
     entries = sorted(p.name for p in out_dir.iterdir())
-    if not entries or MANIFEST in entries or _ours(out_dir / "report.md"):
+    if not entries or written_before(out_dir) is not None or _ours(out_dir / "report.md"):
         return
     shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
     raise UsageError(

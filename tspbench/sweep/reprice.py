@@ -25,6 +25,7 @@ from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import named_profile, profile_name
 from tspbench.analytic.replayed import reprice, repriced_record
 from tspbench.core.errors import UsageError
+from tspbench.core.files import read_input_text
 from tspbench.core.trace import load_traces
 from tspbench.measure.bench import predictions
 from tspbench.sweep.damage import DamagedResults, read_run
@@ -57,12 +58,12 @@ def reprice_run(run: Path, with_predictions: bool = False, profiles: Profiles = 
     record_path, trace_path = run / "result.json", run / "trace.npz"
     if not record_path.is_file():
         return False
-    record = json.loads(record_path.read_text())
+    record = json.loads(read_input_text(record_path))
     priced, traced = with_predictions and bool(record.get("predicted_hardware")), trace_path.is_file()
     if not (priced or traced):
         return False
     if priced:
-        point = Point.from_json(json.loads((run / "point.json").read_text()))
+        point = Point.from_json(json.loads(read_input_text(run / "point.json")))
         hw = profiles(record["predicted_hardware"])
         record.update(predictions(point.layout, point.workload, record, hw))
     write_json(record_path, with_timeline(record, trace_path, profiles) if traced else record)

@@ -324,7 +324,7 @@ def _copy_logs(store: Store, rid: str, job: str) -> None:
     folder = store.root / ".slurm" / job
     for path in sorted(folder.glob("*_log.*")) if folder.is_dir() else []:
         with contextlib.suppress(OSError):
-            store.write_log(rid, f"slurm-{path.name}", path.read_text(errors="replace")[-200_000:])
+            store.write_log(rid, f"slurm-{path.name}", _tail(path))
 
 
 def run_slurm(
@@ -339,3 +339,10 @@ def run_slurm(
     for p, job in live:
         progress.note(f"still in Slurm as job {job}: {p.run_id} (not resubmitted)")
     watch(live + submit(fresh, store, profile, progress, hardware), store, profile, progress)
+
+
+def _tail(path: Path, limit: int = 200_000) -> str:
+    """The last ``limit`` bytes of a task log, read from there (a log may be gigabytes)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - limit))
+        return f.read(limit).decode(errors="replace")
