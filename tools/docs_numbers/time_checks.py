@@ -186,6 +186,7 @@ def cpu_profile(results: Path) -> Values:
         "step_gemm_gflops": f"{cpu.step_gemm_rate * 1e3:.1f}",
         "gemm_gflops": f"{cpu.gemm_tflops * 1e3:.1f}",
         "memory_gbs": f"{cpu.hbm_bandwidth_gbs:.0f}",
+        "overlap_efficiency": f"{cpu.overlap_efficiency:.0%}",  # a ring shift hidden under GEMMs
         # ops whose work torch.profiler books to an op they call, which the trace never records:
         # nll_loss_backward zeroes its output in a fill_ (tests/calibrate/test_opclock.py), rsub
         # subtracts in a sub
