@@ -187,10 +187,16 @@ def check_modes(args: argparse.Namespace, modes: tuple[str, ...]) -> None:
 
 
 def layout_and_workload(
-    args: argparse.Namespace, mode: str, dtype: str, modes: tuple[str, ...] | None = None
+    args: argparse.Namespace,
+    mode: str,
+    dtype: str,
+    modes: tuple[str, ...] | None = None,
+    starts_ranks: bool = False,
 ) -> tuple[Layout, Workload]:
     """The layout and workload the flags describe, checked; ``mode`` is the workload's, ``modes``
-    all that the command runs (default: ``mode`` alone)."""
+    all that the command runs (default: ``mode`` alone). ``starts_ranks``: the command starts a
+    process per rank on this host (validate, a measured bench), so a CPU world is bounded by its
+    cores; a prediction or a fake world starts none and takes any world."""
     check_modes(args, modes or (mode,))
     overrides = {"vocab_size": args.vocab_size} if args.vocab_size else {}
     config = ModelConfig.preset(args.model, **overrides)
@@ -213,7 +219,7 @@ def layout_and_workload(
         getattr(args, "mlp_exchange", "ring"),
     )
     check_layout(layout, workload)
-    if device == "cpu" and not getattr(args, "fake", False):  # a fake world runs no processes
+    if starts_ranks and device == "cpu" and not getattr(args, "fake", False):
         cpu_ranks(f"{layout.strategy} at world size {layout.world_size}", layout.world_size)
     return layout, workload
 

@@ -163,7 +163,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from tspbench.measure.validate import validate
 
     modes = ("train", "infer") if args.mode == "both" else (args.mode,)
-    layout, workload = layout_and_workload(args, modes[0], args.dtype, modes)
+    layout, workload = layout_and_workload(args, modes[0], args.dtype, modes, starts_ranks=True)
     result = validate(layout, workload, modes, timeout=args.timeout)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -205,7 +205,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     args.device = args.device or ("cuda" if args.fake else "cpu")
     if args.fake_ranks is not None and not args.fake:
         raise UsageError("--fake-ranks needs --fake")
-    layout, workload = layout_and_workload(args, args.mode, args.dtype)
+    layout, workload = layout_and_workload(args, args.mode, args.dtype, starts_ranks=True)
     if args.trace is not None:
         output_path(args.trace, "--trace", folder=False)
         check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
