@@ -124,8 +124,3 @@ def cost_profile(name: str) -> Hardware | None:
         return named_profile(name)
     except HardwareError:
         return None
-
-
-def with_costs(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with its costs (``record_costs``): where every stored record is finished."""
-    return {**record, **record_costs(record)}

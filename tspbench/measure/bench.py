@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tspbench.analytic.cost import cost_fields
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.mfu import mfu_fields
 from tspbench.analytic.predict import predict
@@ -271,6 +272,7 @@ def bench(
             predictions(layout, workload, record, hardware.hardware), hardware_choice=hardware.reason
         )
     record.update({f"env_{k}": v for k, v in environment(workload.device).items()})
+    record.update(cost_fields(record, hardware.hardware))
     return record
 
 

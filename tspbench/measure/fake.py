@@ -39,6 +39,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
+from tspbench.analytic.cost import cost_fields
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.profile_choice import HardwareChoice
 from tspbench.analytic.replayed import timeline_fields
@@ -229,6 +230,7 @@ def fake_bench(
     record["fake_seconds"] = time.perf_counter() - start
     record.update(predictions(layout, workload, record, hardware.hardware), hardware_choice=hardware.reason)
     record.update({f"env_{k}": v for k, v in fake_environment(workload).items()})
+    record.update(cost_fields(record, hardware.hardware))
     return record
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tspbench.analytic.cost import cost_fields
 from tspbench.analytic.decode import decode_record
 from tspbench.analytic.predict import predict_record
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
@@ -60,8 +61,8 @@ def predictor(choice: HardwareChoice) -> Measure:
 
     def predict(point: Point) -> dict[str, Any]:
         model = decode_record if point.workload.mode == "decode" else predict_record
-        record = model(point.layout, point.workload, choice.hardware)
-        return {**point.base_record(), **record, "hardware_choice": choice.reason}
+        record = {**point.base_record(), **model(point.layout, point.workload, choice.hardware)}
+        return {**record, "hardware_choice": choice.reason, **cost_fields(record, choice.hardware)}
 
     return predict
 

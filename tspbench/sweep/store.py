@@ -42,7 +42,6 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.analytic.cost import with_costs
 from tspbench.core.errors import UsageError
 from tspbench.core.files import FILE_MODE, read_input_text, write_atomic
 from tspbench.core.names import AXES, FINAL_STATUSES, INTERRUPTED
@@ -213,8 +212,8 @@ class Store:
             old = read_json(run / "status.json") or {"status": "pending", "attempt": 0}
             if old["status"] not in ("pending", "running"):
                 return False
-            if record is not None:  # every stored record is finished here: its costs too (#43)
-                write_json(run / "result.json", with_costs({**record, "status": status}))
+            if record is not None:
+                write_json(run / "result.json", {**record, "status": status})
             error = info.pop("error", None) or (record or {}).get("error")
             new = {**old, **info, "status": status, "error": excerpt(error) if error else None}
             write_json(run / "status.json", {"run_id": run_id, **new, "finished": now(), "updated": now()})
