@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_exit import exit_code
+from study_files import predict_study
 
 from tspbench.calibrate.profile import Calibration
 from tspbench.core.errors import DamagedFileError, OutputError
@@ -171,21 +172,9 @@ def test_report_leaves_out_a_damaged_step_trace_and_draws_the_rest(tmp_path: Pat
     assert (tmp_path / "out" / "report.md").is_file()
 
 
-PREDICT_STUDY = """
-name: tiny
-hardware: cpu
-model: {preset: small}
-settings: {batch: 1, mode: train, recompute: none, dtype: float32, device: cpu}
-sweep:
-  grid: {seq_len: [512]}
-  zip:
-    - layout: [{strategy: tsp, tsp: 2}]
-"""
-
-
 def test_run_on_a_full_disk_is_one_line_naming_the_path(tiny_disk: Path, tmp_path: Path, capsys) -> None:
     study = tmp_path / "tiny.yaml"
-    study.write_text(PREDICT_STUDY)
+    study.write_text(predict_study("512"))
     argv = ["run", str(study), "--executor", "predict", "--results", str(tiny_disk / "results")]
     assert exit_code(argv) == 2
     err = capsys.readouterr().err.strip()

@@ -17,20 +17,10 @@ from pathlib import Path
 
 import pytest
 from cli_exit import exit_code
+from study_files import predict_study
 
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.files import read_input
-
-PREDICT_STUDY = """
-name: tiny
-hardware: cpu
-model: {preset: small}
-settings: {batch: 1, mode: train, recompute: none, dtype: float32, device: cpu}
-sweep:
-  grid: {seq_len: [256, 512]}
-  zip:
-    - layout: [{strategy: tsp, tsp: 2}]
-"""
 
 
 def one_line(argv: list[str], says: str, capsys, within_s: float = 30.0) -> str:
@@ -48,7 +38,7 @@ def one_line(argv: list[str], says: str, capsys, within_s: float = 30.0) -> str:
 
 def predicted_study(tmp_path: Path, capsys) -> Path:
     study = tmp_path / "tiny.yaml"
-    study.write_text(PREDICT_STUDY)
+    study.write_text(predict_study())
     argv = ["run", str(study), "--executor", "predict", "--results", str(tmp_path / "results")]
     assert exit_code(argv) == 0
     capsys.readouterr()
@@ -196,7 +186,7 @@ def test_sizes_that_reach_real_allocations_are_refused(argv: list[str], says: st
 )
 def test_a_sweep_takes_the_bounds_a_single_command_takes(change: str, says: str, tmp_path, capsys) -> None:
     study = tmp_path / "tiny.yaml"
-    study.write_text(PREDICT_STUDY.replace("grid: {seq_len: [256, 512]}", "grid: {batch: [1]}"))
+    study.write_text(predict_study().replace("grid: {seq_len: [256, 512]}", "grid: {batch: [1]}"))
     argv = ["run", str(study), "--executor", "predict", "--set", change, "--results", str(tmp_path / "r")]
     one_line(argv, says, capsys)
 
@@ -212,7 +202,7 @@ def test_a_long_output_name_is_written_or_refused_before_the_work(tmp_path: Path
     fake = ["bench", "--fake", "--strategy", "tp", "--tp", "2", "--model", "tiny", "--seq-len", "64"]
     one_line([*fake, "--trace", str(too_long)], "at most 255 bytes a name", capsys)
     study = tmp_path / "long.yaml"
-    study.write_text(PREDICT_STUDY.replace("name: tiny", "name: " + "e" * 300))
+    study.write_text(predict_study().replace("name: tiny", "name: " + "e" * 300))
     one_line(["run", str(study), "--executor", "predict"], "name: 300 characters: at most 128", capsys)
 
 

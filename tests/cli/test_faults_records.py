@@ -12,24 +12,15 @@ from pathlib import Path
 
 import pytest
 from cli_exit import exit_code
+from study_files import predict_study
 
 REPO = Path(__file__).resolve().parents[2]
-PREDICT_STUDY = """
-name: tiny
-hardware: cpu
-model: {preset: small}
-settings: {batch: 1, mode: train, recompute: none, dtype: float32, device: cpu}
-sweep:
-  grid: {seq_len: [256, 512]}
-  zip:
-    - layout: [{strategy: tsp, tsp: 2}]
-"""
 
 
 def study_with(tmp_path: Path, key: str, value: object, capsys) -> tuple[Path, Path]:
     """A predicted two-point study whose first record has ``key: value``; (study yaml, results)."""
     study = tmp_path / "tiny.yaml"
-    study.write_text(PREDICT_STUDY)
+    study.write_text(predict_study())
     argv = ["run", str(study), "--executor", "predict", "--results", str(tmp_path / "results")]
     assert exit_code(argv) == 0
     capsys.readouterr()

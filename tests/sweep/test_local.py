@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from study_files import tiny_study
+
 from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.local import run_local
 from tspbench.sweep.points import expand
 from tspbench.sweep.store import Store
 
-STUDY = """
-name: tiny
-model: {preset: tiny}
-settings: {batch: 1, seq_len: 64, mode: train, recompute: none, dtype: float32, device: cpu}
-sweep:
-  zip:
-    - layout: [{strategy: tp, tp: 2}]
-"""
-
 
 def test_a_failed_points_error_starts_with_the_exception(tmp_path: Path) -> None:
-    (tmp_path / "tiny.yaml").write_text(STUDY)
+    (tmp_path / "tiny.yaml").write_text(tiny_study("tiny", "{strategy: tp, tp: 2}"))
     points, _ = expand(load_experiment(str(tmp_path / "tiny.yaml"), []), "fake")
     store = Store(tmp_path / "results" / "tiny")
     for point in points:

@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pytest
 from cli_exit import exit_code
+from study_files import tiny_study
 
 import tspbench.sweep.slurm as slurm
 
-STUDY = """
-name: stuck
-model: {preset: tiny}
-settings: {batch: 1, seq_len: 64, mode: train, recompute: none, dtype: float32, device: cpu}
-sweep:
-  zip:
-    - layout: [{strategy: dp, dp: 2}]
-run: {warmup: 1, steps: 1, repeats: 1, timeout: 60}
-"""
+STUDY = tiny_study("stuck", "{strategy: dp, dp: 2}", "run: {warmup: 1, steps: 1, repeats: 1, timeout: 60}\n")
 PROFILE = "partition: local\ngpus_per_node: 2\nnodes: 1\ndevice: cpu\nwait_timeout: 5\npoll: 0.2\n"
 
 
