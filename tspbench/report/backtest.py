@@ -236,35 +236,25 @@ def _section(title: str, intro: str, body: list[str]) -> list[str]:
 
 def summary_table(summary: list[dict[str, Any]]) -> list[str]:
     """The throughput errors by profile and sample (in sample: the entries a profile was fitted to)."""
-    return [
-        "",
-        "## Throughput error by sample",
-        "",
-        "| profile | sample | entries | median abs. error | worst |",
-        "|---|---|---|--:|--:|",
-        *(
-            f"| {SUMMARY_KINDS[s['kind']]} | {s['sample']} | {', '.join(s['ids']) or 'none'} "
-            f"| {_num(s['median_abs'], '.1%')} | {_pct(s['worst'])} |"
-            for s in summary
-        ),
+    rows = [
+        f"| {SUMMARY_KINDS[s['kind']]} | {s['sample']} | {', '.join(s['ids']) or 'none'} "
+        f"| {_num(s['median_abs'], '.1%')} | {_pct(s['worst'])} |"
+        for s in summary
     ]
+    head = ["| profile | sample | entries | median abs. error | worst |", "|---|---|---|--:|--:|"]
+    return ["", "## Throughput error by sample", "", *head, *rows]
 
 
 def listed_table(rows: list[dict[str, Any]]) -> list[str]:
     """The entries listed but not predicted, and why not."""
-    return [
-        "",
-        "## Listed, not predicted",
-        "",
-        "| entry | published layout | tokens/s/GPU | why not |",
-        "|---|---|--:|---|",
-        *(
-            f"| {r['id']} | {r['published_layout']} at {st.tokens_label(r['seq_len'])} "
-            f"| {_num(r['published_tokens_per_s_per_gpu'])} | {r['not_predicted']} |"
-            for r in rows
-            if not r["predicted"]
-        ),
+    listed = [
+        f"| {r['id']} | {r['published_layout']} at {st.tokens_label(r['seq_len'])} "
+        f"| {_num(r['published_tokens_per_s_per_gpu'])} | {r['not_predicted']} |"
+        for r in rows
+        if not r["predicted"]
     ]
+    head = ["| entry | published layout | tokens/s/GPU | why not |", "|---|---|--:|---|"]
+    return ["", "## Listed, not predicted", "", *head, *listed]
 
 
 def parity_figure(rows: list[dict[str, Any]]) -> Figure | None:
