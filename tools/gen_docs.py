@@ -75,7 +75,7 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "paper_scale": paper_checks.paper_scale,
     "torch": paper_checks.torch_estimator,
     "overlap": paper_checks.overlap,
-    "ledger": lambda results: {"table": ledger_table(results)},  # the paper's claims (#44)
+    "ledger": lambda results: {"table": ledger_table(results)},  # the paper's claims
     "hinges": hinges.hinges,  # where a projected speed verdict flips (tspbench sensitivity)
 }
 
@@ -84,10 +84,12 @@ def ledger_table(results: Path) -> str:
     """The ledger's verdicts (tspbench.report.ledger), computed from the paper studies' records, one
     line per claim: a page of the docs reads as prose, not as a table of checks (results/report/
     ledger.md has the table)."""
+    from tspbench.report.build import for_claims
     from tspbench.report.ledger import ledger
     from tspbench.sweep.store import load
 
-    papers = {p.name: load(p) for p in sorted(results.glob("paper_*")) if any(p.glob("*/point.json"))}
+    found = [p for p in sorted(results.glob("paper_*")) if any(p.glob("*/point.json"))]
+    papers = {p.name: for_claims(load(p), p.name) for p in found}  # as the report's ledger.md judges
     return "\n".join(f"- ({r.key}) {r.claim}: **{r.verdict}** ({r.evidence})." for r in ledger(papers))
 
 

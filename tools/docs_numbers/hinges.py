@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.docs_numbers.stored import completed
+from tools.docs_numbers.stored import at_defaults
 from tspbench.report.formats import Values
 
 PROFILE = "mi300x"
@@ -68,14 +68,14 @@ def hinges(results: Path) -> Values:
 
 def fastest_tp_sp(results: Path) -> dict[int, str]:
     """The fastest TP+SP layout of each D at 16K in paper_throughput, as 'tp_sp:TxS'."""
-    df = completed(results, "paper_throughput", seq_len=16384, strategy="tp_sp")
+    df = at_defaults(results, "paper_throughput", seq_len=16384, strategy="tp_sp")
     best = df.loc[df.groupby("world_size")["tokens_per_s_per_gpu"].idxmax()]
     return {int(r.world_size): f"tp_sp:{int(r.tp)}x{int(r.sp)}" for r in best.itertuples()}
 
 
 def ahead_at_128k(results: Path) -> str:
     """TSP 8's lead over each TP+SP of D = 8 that fits at 128K (stored records): '+8%, +9%'."""
-    df = completed(results, "paper_throughput", seq_len=131072, world_size=8)
+    df = at_defaults(results, "paper_throughput", seq_len=131072, world_size=8)
     tsp = float(df.loc[df["strategy"] == "tsp", "tokens_per_s_per_gpu"].iloc[0])
     rivals = df[(df["strategy"] == "tp_sp") & (df["tp"] > 1) & (df["sp"] > 1)].sort_values(
         "tp", ascending=False

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from tspbench.report.best import is_default, with_settings
 from tspbench.report.legend import LAYOUTS
 from tspbench.sweep.store import load
 
@@ -61,6 +62,14 @@ def completed(results: Path, experiment: str, **where: object) -> pd.DataFrame:
     for key, value in where.items():
         df = df[df[key] == value]
     return df
+
+
+def at_defaults(results: Path, experiment: str, **where: object) -> pd.DataFrame:
+    """``completed``'s points whose settings are at the paper's defaults (tspbench.report.best:
+    recompute selective in training, every switch at its default): what a sentence means by
+    "the layout" in a study that also sweeps settings (paper_throughput)."""
+    df = with_settings(completed(results, experiment, **where))
+    return df[is_default(df)] if len(df) else df
 
 
 def span(values: list[float], spec: str) -> str:

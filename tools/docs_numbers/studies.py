@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tools.docs_numbers.stored import Part, completed, layout_name, named, records, stored_json
+from tools.docs_numbers.stored import Part, at_defaults, completed, layout_name, named, records, stored_json
 from tspbench.core.spec import ModelConfig
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
 from tspbench.report import tables
@@ -84,7 +84,7 @@ def memory_128k(results: Path) -> Values:
 
 def projected(results: Path) -> Values:
     """Projected throughput at 128K: one node training, 1,024 GPUs forward (the analytic model)."""
-    df = named(completed(results, "paper_throughput", seq_len=131072, recompute="selective"))
+    df = named(at_defaults(results, "paper_throughput", seq_len=131072))
     node = df[df["world_size"] == 8]
     scale = named(completed(results, "paper_scaling", world_size=1024))
     top = scale[scale["strategy"] == "tsp"].iloc[0]
@@ -259,7 +259,7 @@ def headline(results: Path) -> Values:
 
     none = fake[fake["recompute"] == "none"]
     over = none[none["peak_memory_bytes"] / GIB > MI300X_USABLE_GIB]
-    node = named(completed(results, "paper_throughput", seq_len=131072, recompute="selective"))
+    node = named(at_defaults(results, "paper_throughput", seq_len=131072))
     node = node[node["world_size"] == 8].set_index("layout")["tokens_per_s_per_gpu"]
     return {
         "tsp_none": gib("TSP 8", "none"),
