@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tools.docs_numbers import hinges, kv_exchange, paper_checks, studies, time_checks
+from tools.docs_numbers import best, hinges, kv_exchange, paper_checks, studies, time_checks
 from tools.docs_numbers.stored import Part
 from tspbench.core.fields import markdown_table
 from tspbench.report import backtest
@@ -76,6 +76,7 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "torch": paper_checks.torch_estimator,
     "overlap": paper_checks.overlap,
     "ledger": lambda results: {"table": ledger_table(results)},  # the paper's claims
+    "best": best.best,  # each layout at its best setting (report.best)
     "hinges": hinges.hinges,  # where a projected speed verdict flips (tspbench sensitivity)
 }
 
