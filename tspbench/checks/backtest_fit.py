@@ -22,6 +22,7 @@ from tspbench.analytic.profile_choice import named_profile
 from tspbench.checks.backtest import HOPPER_MEASURED, predict_point, tokens_per_gpu_per_step
 from tspbench.checks.published import Entry, Published
 from tspbench.core.errors import ExperimentError
+from tspbench.core.files import read_input_text
 
 # what a calibrated profile may set from the calibration entries: figures calibrate measures on
 # a GPU (the element-wise passes of a training step), nothing else
@@ -88,7 +89,7 @@ def calibrated_profile(name: str, fit: dict[str, Any]) -> str:
     """The calibrated profile ``name`` as YAML: the Hopper-measured profile it was fitted on,
     every figure and provenance as there, but for the ``FITTED_KEYS`` (the training step's
     element-wise passes, 2 decimals), whose provenance names the entries that set them."""
-    base = yaml.safe_load(find_profile(fit["from"]).read_text())
+    base = yaml.safe_load(read_input_text(find_profile(fit["from"])))
     passes = round(fit["train_passes"], 2)
     entries = "; ".join(f"{fit['described'][i]}: {v:.2f}" for i, v in fit["entries"].items())
     carried = {k: v for k, v in base["elementwise_passes"].items() if k != "train"}

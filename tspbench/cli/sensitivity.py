@@ -18,8 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tspbench.cli.args import RECOMPUTE_HELP, output_path, positive_int, within_model
+from tspbench.cli.args import RECOMPUTE_HELP, output_path, positive_int, vocab_size, within_model
 from tspbench.core.errors import UsageError
+from tspbench.core.files import read_input_text
 from tspbench.core.names import AXES, DTYPES, RECOMPUTE_MODES
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
 
@@ -43,7 +44,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--against", action="append", type=layout_text, default=[], help="a layout to compare (repeatable)"
     )
     p.add_argument("--model", default="7b", choices=sorted(PRESETS), help="model preset (default 7b)")
-    p.add_argument("--vocab-size", type=positive_int, help="override the preset's vocabulary size")
+    p.add_argument("--vocab-size", type=vocab_size, help="override the preset's vocabulary size")
     p.add_argument("--seq-len", type=positive_int, required=True, help="tokens per sequence")
     p.add_argument("--batch", type=positive_int, default=1, help="micro-batch per model replica (default 1)")
     p.add_argument("--mode", choices=("train", "infer"), default="train", help="the step (default train)")
@@ -246,11 +247,11 @@ def band_finder() -> Callable[[Path], tuple[float, float] | None]:
     profiles = cache(named_profile)
 
     def find(run: Path) -> tuple[float, float] | None:
-        record = json.loads((run / "result.json").read_text())
+        record = json.loads(read_input_text(run / "result.json"))
         name = record.get("predicted_hardware") or record.get("hardware")
         if not name:
             return None
-        point = Point.from_json(json.loads((run / "point.json").read_text()))
+        point = Point.from_json(json.loads(read_input_text(run / "point.json")))
         found = sens.band(point.layout, point.workload, profiles(name))
         return found.low, found.high
 
