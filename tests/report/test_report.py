@@ -137,7 +137,8 @@ def test_summary_table_has_columns_rows_and_order(measured: tuple[Path, object])
     expected = ["strategy", "degrees", "world_size", "seq_len", "batch", "mode", "recompute", "status",
                 "source", "peak measured (MiB)", "peak predicted (MiB)", "prediction error (%)",
                 "step measured (ms)", "step predicted (ms)", "step error (%)", "tokens/s per rank",
-                "TFLOP/s per rank", "comm per step (MiB)"]  # fmt: skip
+                "TFLOP/s per rank", "comm per step (MiB)", "rank-hours per 1e9 tokens", "rank-hours source",
+                "energy per token (J)", "energy source"]  # fmt: skip
     assert list(table.columns) == expected  # no MFU: measured records have none
     assert len(table) == len(LAYOUTS) * len(SEQS)
     assert list(dict.fromkeys(table["strategy"])) == ["dp", "tp", "tp_sp", "tsp", "ring9"]

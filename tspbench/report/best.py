@@ -220,6 +220,8 @@ def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
     paper_memory_kv's exchanges)."""
     if metric_of(name) != "speed" or not swept(df):
         return None
-    best = best_rows(df, "speed")
+    # a layout's best recomputes as its best point does, which varies along its line: the view
+    # names no recompute mode, so no figure splits a layout's line into panels by it
+    best = best_rows(df, "speed").assign(recompute="")
     labels = [series_label(s, d) for s, d in zip(best["strategy"], best["degrees"], strict=True)]
     return best.assign(series=labels) if "degrees" in best else best
