@@ -217,8 +217,10 @@ def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
     """The rows a speed study's figures draw to compare best against best: one line per layout
     (labelled without its settings, which vary along it), or None where nothing was swept or the
     study asks about memory (its figures show each setting: paper_memory's recompute panels,
-    paper_memory_kv's exchanges)."""
-    if metric_of(name) != "speed" or not swept(df):
+    paper_memory_kv's exchanges), or a study of its own that compares settings side by side
+    (sp_kv_exchange_cpu's exchanges, tsp_vs_fsdp_sp's recomputation): only the paper's studies
+    compare layouts best against best."""
+    if not name.startswith("paper_") or metric_of(name) != "speed" or not swept(df):
         return None
     # a layout's best recomputes as its best point does, which varies along its line: the view
     # names no recompute mode, so no figure splits a layout's line into panels by it
