@@ -33,6 +33,7 @@ from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
 from tspbench.report.ledger import HingeFinder, write_ledger
 from tspbench.report.outdir import claim, record_written, remove_stale
+from tspbench.report.provenance import provenance_lines, run_command, shown
 from tspbench.report.style import RC, save
 from tspbench.report.tables import markdown, summary_table
 from tspbench.sweep.damage import RunFiles
@@ -81,7 +82,11 @@ def report(
     for p in experiments:
         claim(out_dir / p.name)
     children = [readable_report(p, out_dir / p.name, bands) for p in experiments]
-    lines = ["# Reports", "", *(f"- [{c.out_dir.name}]({c.out_dir.name}/report.md)" for c in children)]
+    lines = [
+        "# Reports",
+        "",
+        *(study_line(c.out_dir.name, p) for c, p in zip(children, experiments, strict=True)),
+    ]
     gpu, damaged = write_gpu_runs(results_dir, out_dir)
     if gpu is not None:
         lines.append(f"- [measured on a lent GPU]({gpu.name})")
@@ -94,6 +99,12 @@ def report(
     record_written(out_dir, [*written, *(c.out_dir for c in children)])
     damaged += [d for c in children for d in c.damaged]
     return ReportOutputs(out_dir, out_dir / "report.md", experiments=children, damaged=damaged)
+
+
+def study_line(name: str, runs: Path) -> str:
+    """The index's line for a study: its report, and the command that made its records (#46)."""
+    command = run_command(shown(runs))
+    return f"- [{name}]({name}/report.md)" + (f": `{command}`" if command else "")
 
 
 def readable_report(runs: Path, out_dir: Path, bands: BandFinder | None = None) -> ReportOutputs:
@@ -159,7 +170,7 @@ def report_experiment(
     Only into a folder the report owns (tspbench.report.outdir), deleting only what it wrote."""
     claim(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = with_bands(prepare(with_run_dirs(frame, runs)), bands)  # a projected speed's range
+    df = prepare(with_run_dirs(frame, runs))
     outputs = ReportOutputs(out_dir, out_dir / "report.md")
     table = summary_table(df)
     write_atomic(out_dir / "summary.csv", table.to_csv(index=False))
@@ -167,6 +178,7 @@ def report_experiment(
     outputs.tables = [out_dir / "summary.csv", out_dir / "summary.md"]
     ctx = context(df)
     drawn, drawn_ctx = best_against_best(df, ctx, out_dir)  # #43: each layout at its best
+    drawn = with_bands(drawn, bands)  # a projected speed's range, for the rows drawn only
     for spec in FIGURES:
         with mpl.rc_context(RC):
             fig = spec.draw(drawn, drawn_ctx)
@@ -178,7 +190,7 @@ def report_experiment(
             # a figure the records no longer support must not linger (if this report wrote it)
             remove_stale(out_dir, [f"{spec.name}.{ext}" for ext in ("png", "svg")])
     outputs.damaged += ctx.damaged
-    write_atomic(outputs.index, index_text(df, ctx, outputs))
+    write_atomic(outputs.index, index_text(df, ctx, outputs, runs))
     figures = [p for paths in outputs.figures.values() for p in paths]
     record_written(out_dir, [*outputs.tables, *figures, outputs.index])
     return outputs
@@ -210,16 +222,20 @@ def with_run_dirs(frame: pd.DataFrame, runs: Path | None) -> pd.DataFrame:
     return frame.assign(**{gantt.RUN_DIR: [str(Path(runs) / str(r)) for r in frame["run_id"]]})
 
 
-def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs) -> str:
-    """report.md: what ran where, the tables, every figure embedded, what was not drawn and why."""
+def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs, runs: Path | None = None) -> str:
+    """report.md: what ran where, how to make its records and itself again and how long the points
+    ran (from ``runs``, tspbench.report.provenance), the tables, every figure embedded, what was
+    not drawn and why."""
     name = study_name(df, outputs.out_dir)
     counts = df["status"].value_counts()
     status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     lines = [
         f"# {name}",
         "",
-        f"{len(df)} points ({status}), {ctx.where}. Regenerate with `tspbench report RESULTS_DIR`.",
+        f"{len(df)} points ({status}), {ctx.where}."
+        + ("" if runs is not None else " Regenerate with `tspbench report RESULTS_DIR`."),
         "",
+        *provenance_lines(df, runs),
         "## Tables",
         "",
         "- [summary.md](summary.md), [summary.csv](summary.csv): one row per point",
