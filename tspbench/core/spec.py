@@ -59,10 +59,22 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> ModelConfig:
-        """A named configuration; ``overrides`` replace single fields (e.g. ``vocab_size``)."""
+        """A named configuration; ``overrides`` replace single fields (e.g. ``vocab_size``). A
+        model that differs from its preset is named for what changed ("7b+hidden5120,layers48"),
+        so no record or title calls it by the preset's name; an unchanged one keeps the preset's
+        (its run ids with it)."""
         if name not in PRESETS:
             raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
-        return replace(PRESETS[name], **overrides)  # type: ignore[arg-type]
+        base = PRESETS[name]
+        model = replace(base, **overrides)  # type: ignore[arg-type]
+        if "name" in overrides:
+            return model
+        changed = [
+            f"{SHORT_FIELDS.get(k, k)}{v:g}" if isinstance(v, float) else f"{SHORT_FIELDS.get(k, k)}{v}"
+            for k, v in asdict(model).items()
+            if k != "name" and v != getattr(base, k)
+        ]
+        return replace(model, name=f"{name}+{','.join(changed)}") if changed else model
 
     def cut_to(self, n_layers: int) -> ModelConfig:
         """The same model with only ``n_layers`` blocks, named for it ("7b-4layers")."""
@@ -70,6 +82,16 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+# How a changed field is written in a model's name: "7b+hidden5120,layers48,kv_heads8".
+SHORT_FIELDS = {"n_layers": "layers", "n_heads": "heads", "n_kv_heads": "kv_heads", "ffn_hidden": "ffn",
+                "vocab_size": "vocab"}  # fmt: skip
+
+
+def model_label(name: str) -> str:
+    """How a title names a model: '7b preset' for a preset as it is, else 'model NAME'."""
+    return f"{name} preset" if name in PRESETS else f"model {name}"
 
 
 CPU_MAX_SEQ_LEN = 16384

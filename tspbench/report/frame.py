@@ -18,6 +18,7 @@ import pandas as pd
 from tspbench.analytic.profile_choice import named_profile, profile_name
 from tspbench.core.errors import HardwareError
 from tspbench.core.names import AXES, CATEGORIES, PHASES
+from tspbench.core.spec import model_label
 from tspbench.core.units import degrees_text
 from tspbench.report.costs import add_costs
 from tspbench.report.legend import EXCHANGES, LAYOUTS, exchange_of, with_exchange
@@ -38,9 +39,12 @@ class Context:
     damaged: list[str] = field(default_factory=list)  # stored files a figure skipped ("PATH: why")
 
     def title(self, what: str, df: pd.DataFrame) -> str:
-        fixed = [str(df[c].iloc[0]) for c in ("model", "mode", "dtype") if c in df and df[c].nunique() == 1]
-        preset = f"{fixed[0]} preset, {', '.join(fixed[1:])}" if fixed else ""
-        return f"{what}\n{preset} - {self.where}" if preset else f"{what}\n{self.where}"
+        shown = ("model", "mode", "dtype")
+        fixed = {c: str(df[c].iloc[0]) for c in shown if c in df and df[c].nunique() == 1}
+        if fixed.get("model"):  # '7b preset' as it is; a changed one by its own name (#46)
+            fixed["model"] = model_label(fixed["model"])
+        shape = ", ".join(v for v in fixed.values() if v)
+        return f"{what}\n{shape} - {self.where}" if shape else f"{what}\n{self.where}"
 
 
 def column(df: pd.DataFrame, name: str) -> pd.Series:

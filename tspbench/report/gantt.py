@@ -46,6 +46,7 @@ from tspbench.analytic.replayed import reprice
 from tspbench.analytic.timeline import Timeline
 from tspbench.core.errors import DamagedFileError
 from tspbench.core.names import AXES
+from tspbench.core.spec import model_label
 from tspbench.core.trace import ATTENTION, ELEMENTWISE, GEMM, load_traces
 from tspbench.report import style as st
 from tspbench.report.bars import op_colors
@@ -320,7 +321,7 @@ def title(rows: pd.DataFrame, ctx: Context) -> str:
     """Experiment, the point's shape, the profile and where the trace came from."""
     first = rows.iloc[0]
     experiment = str(first["experiment"]) if "experiment" in rows else "experiment"
-    parts = [f"{first['model']} preset" if first["model"] else "", first["mode"], first["dtype"],
+    parts = [model_label(first["model"]) if first["model"] else "", first["mode"], first["dtype"],
              f"seq {st.tokens_label(float(first['seq_len']))}", f"micro-batch {first['batch']}",
              f"{first['world_size']} {ctx.noun}s", f"recompute {first['recompute']}"]  # fmt: skip
     shape = ", ".join(str(part) for part in parts if part)
