@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 import tspbench
+from tspbench.cli.bench_text import figures
 from tspbench.cli.main import build_parser, main
-from tspbench.core.units import format_bytes
+from tspbench.core.units import format_bytes, readable_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB, KIB = 2**30, 2**20, 2**10
@@ -70,6 +71,77 @@ def test_the_cli_scales_no_size_by_hand(path: Path) -> None:
     text = path.read_text()
     by_hand = re.findall(r"2 ?\*\* ?(?:20|30)\b|\bGIB\b|\} ?[KMG]iB", text)
     assert not by_hand, f"{path.name}: {by_hand} (use tspbench.core.units.format_bytes)"
+
+
+def test_a_reason_in_raw_bytes_reads_in_the_tables_units() -> None:
+    """The issue's stored reason: 111,909,279,744 B is 104.22 GiB, 81,604,378,624 B 76.00 GiB."""
+    stored = "predicted peak 111,909,279,744 B exceeds usable 81,604,378,624 B"
+    assert readable_sizes(stored) == "predicted peak 104.2 GiB exceeds usable 76.0 GiB"
+    assert readable_sizes("tried 512 B; 2 ranks") == "tried 512 B; 2 ranks"  # small sizes stay in bytes
+
+
+# ----------------------------------------------------------------------------- out of memory
+
+OOM_STUDY = """
+name: oom_rows
+hardware: mi300x
+executor: predict
+model: {preset: 7b}
+settings: {batch: 1, seq_len: 131072, mode: train, recompute: none, dtype: bfloat16, device: cuda}
+sweep:
+  zip:
+    - layout: [{strategy: tp, tp: 8}, {strategy: tsp, tsp: 8}]
+"""
+
+
+def _cells_after(line: str, word: str) -> list[str]:
+    return line.split(f" {word} ", 1)[1].split()
+
+
+def test_out_of_memory_rows_print_no_time_or_throughput_and_say_why_in_gib(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The paper's 7B at 128K without recomputation: TP 8 does not fit an MI300X (its peak is
+    over 182 GiB), TSP 8 does. The OOM row keeps its peak and leaves step and throughput blank,
+    in run's table and in status's; status names each row's source and the reason in GiB."""
+    study = tmp_path / "oom.yaml"
+    study.write_text(OOM_STUDY)
+    out = _output(["run", str(study), "--results", str(tmp_path)], capsys).splitlines()
+    with open(tmp_path / "oom_rows" / "records.csv") as f:
+        records = {r["strategy"]: r for r in csv.DictReader(f)}
+    assert records["tp"]["status"] == "oom" and records["tsp"]["status"] == "completed"
+    peak, usable = (float(records["tp"][k]) / GIB for k in ("peak_memory_bytes", "capacity_bytes"))
+    rows = [ln for ln in out if not ln.startswith("[")]  # the table, not the progress lines
+    tp, tsp = (next(ln for ln in rows if records[s]["run_id"] in ln) for s in ("tp", "tsp"))
+    assert _cells_after(tp, "oom") == [f"{peak:.1f}", "GiB"], tp  # no step_ms, no tok/s/gpu
+    assert len(_cells_after(tsp, "completed")) == 4, tsp  # step_ms, tok/s/gpu, peak
+
+    table = _output(["status", str(tmp_path / "oom_rows")], capsys).splitlines()
+    assert table[0].split()[-6:] == ["status", "source", "attempt", "step_ms", "peak", "error"]
+    tp = next(ln for ln in table if records["tp"]["run_id"] in ln)
+    reason = f"predicted peak {peak:.1f} GiB exceeds usable {usable:.1f} GiB"
+    assert _cells_after(tp, "oom")[:4] == ["predicted", "1", f"{peak:.1f}", "GiB"], tp  # no step_ms
+    assert tp.rstrip().endswith(reason), tp
+    tsp = next(ln for ln in table if records["tsp"]["run_id"] in ln)
+    assert _cells_after(tsp, "completed")[:2] == ["predicted", "1"], tsp
+
+
+def test_stored_reasons_in_raw_bytes_show_in_gib(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store written before #46 holds its reasons in bytes (results/paper_memory's OOM points
+    do): status shows them in GiB all the same, from the stored bytes."""
+    study = tmp_path / "oom.yaml"
+    study.write_text(OOM_STUDY)
+    _output(["run", str(study), "--results", str(tmp_path)], capsys)
+    (status,) = [p for p in (tmp_path / "oom_rows").glob("*/status.json") if '"oom"' in p.read_text()]
+    stored = json.loads(status.read_text())
+    result = json.loads((status.parent / "result.json").read_text())
+    peak, usable = result["peak_memory_bytes"], result["capacity_bytes"]
+    stored["error"] = f"predicted peak {peak:,} B exceeds usable {usable:,} B"  # as written before #46
+    status.write_text(json.dumps(stored))
+    table = _output(["status", str(tmp_path / "oom_rows")], capsys).splitlines()
+    line = next(ln for ln in table if " oom " in ln)
+    assert line.rstrip().endswith(f"peak {peak / GIB:.1f} GiB exceeds usable {usable / GIB:.1f} GiB")
+    assert " B " not in line
 
 
 # ----------------------------------------------------------------------------- plan
@@ -177,6 +249,19 @@ def test_bench_gives_the_time_models_error_beside_the_memory_models(
     peak = r["peak_memory_bytes"] / MIB  # a tiny model's peak: MiB, not GiB
     assert 1 <= peak < 1024 and f"{peak:.{1 if peak >= 10 else 2}f} MiB" in text, text
     assert "GiB" not in text
+    for label in (r"TFLOP/s/GPU ([\d.,]+)", r"of ([\d.,]+) TFLOP/s/GPU"):  # achieved, and the peak MFU is of
+        shown = re.search(label, text).group(1).replace(",", "")
+        value = r["tflops_per_gpu"] if label.startswith("TFLOP") else r["mfu_peak_tflops"]
+        assert float(shown) == pytest.approx(value, rel=5e-3), (shown, value)
+        assert value >= 100 or len(shown.replace(".", "").lstrip("0")) <= 3, shown  # 0.0935, not 0.093542
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [(0.093542, "0.0935"), (1.2549, "1.25"), (12.34, "12.3"), (989.4, "989"), (1979.0, "1,979"), (0.0, "0")],
+)
+def test_bench_rates_have_three_significant_figures(value: float, shown: str) -> None:
+    assert figures(value) == shown
 
 
 def test_bench_fake_gives_the_time_models_error_against_the_replayed_step(

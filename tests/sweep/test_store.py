@@ -24,7 +24,8 @@ from tspbench.sweep.experiment import load_experiment
 from tspbench.sweep.local import run_local
 from tspbench.sweep.points import Point, expand
 from tspbench.sweep.run import select
-from tspbench.sweep.store import Store, load, locked, read_json, status_table, write_atomic, write_tables
+from tspbench.sweep.status import status_table
+from tspbench.sweep.store import Store, load, locked, read_json, write_atomic, write_tables
 
 EXPERIMENT = {
     "name": "store",

@@ -38,7 +38,7 @@ from tspbench.analytic.decode_step import (
     windows,
 )
 from tspbench.analytic.hardware import Hardware
-from tspbench.analytic.predict import Prediction, predict
+from tspbench.analytic.predict import Prediction, oom_reason, predict
 from tspbench.analytic.timing import ranks_per_node
 from tspbench.core.bus import BUS_FACTOR
 from tspbench.core.records import point_record
@@ -112,9 +112,7 @@ class DecodePrediction:
         mid = self.steps[len(self.steps) // 2]
         return {
             "status": "completed" if self.fits else "oom",
-            "error": None
-            if self.fits
-            else (f"predicted peak {self.peak_bytes:,} B exceeds usable {self.hardware.usable_bytes:,} B"),
+            "error": None if self.fits else oom_reason(self.peak_bytes, self.hardware.usable_bytes),
             "source": "predicted",
             "hardware": self.hardware.name,
             "ttft_s": self.ttft_s,

@@ -21,6 +21,7 @@ from tspbench.analytic.internode import internode_fields
 from tspbench.analytic.timing import StepTime, step_time
 from tspbench.core.records import comm_fields, point_record
 from tspbench.core.spec import Layout, Workload
+from tspbench.core.units import format_bytes
 from tspbench.costs.elementwise import ElementwiseWork
 from tspbench.costs.flops import FlopTerms, mfu, model_flops_per_step
 from tspbench.costs.memory import MemoryPrediction
@@ -138,6 +139,11 @@ def predict(layout: Layout, workload: Workload, hw: Hardware) -> Prediction:
     return Prediction(layout, workload, hw, memory, comm, flops, model_flops, time, extra)
 
 
+def oom_reason(peak_bytes: float, usable_bytes: float) -> str:
+    """Why a projected point is out of memory, in the unit the tables use (#46)."""
+    return f"predicted peak {format_bytes(peak_bytes)} exceeds usable {format_bytes(usable_bytes)}"
+
+
 def predict_record(layout: Layout, workload: Workload, hw: Hardware) -> dict[str, object]:
     """A record of the same schema as ``tspbench bench`` (status completed), from the model alone."""
     p = predict(layout, workload, hw)
@@ -164,7 +170,5 @@ def predict_record(layout: Layout, workload: Workload, hw: Hardware) -> dict[str
     }
     if not p.fits:
         record["status"] = "oom"
-        record["error"] = (
-            f"predicted peak {p.memory.peak_bytes:,} B exceeds usable {p.hardware.usable_bytes:,} B"
-        )
+        record["error"] = oom_reason(p.memory.peak_bytes, p.hardware.usable_bytes)
     return record

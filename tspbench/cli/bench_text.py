@@ -3,8 +3,10 @@ the models beside it, each with its error, on the profile the record names."""
 
 from __future__ import annotations
 
+import math
+
 from tspbench.core.names import AXES
-from tspbench.core.units import format_bytes
+from tspbench.core.units import format_bytes, readable_sizes
 
 
 def print_record(r: dict) -> None:
@@ -13,7 +15,7 @@ def print_record(r: dict) -> None:
         f"seq {r['seq_len']}  batch {r['batch']}  {r['mode']}  {r['dtype']}  -> {r['status']}"
     )
     if r["status"] != "completed":  # one line; the record (--json) keeps the rank's traceback
-        print(first_line(r.get("error") or ""))
+        print(readable_sizes(first_line(r.get("error") or "")))
         return
     if r.get("hardware_choice"):
         print(f"  priced on     {r['hardware_choice']}")
@@ -27,10 +29,12 @@ def print_record(r: dict) -> None:
         f"  step time     {r['step_time_s'] * 1e3:10.1f} ms  (p10 {r['step_time_p10_s'] * 1e3:.1f}, "
         f"p90 {r['step_time_p90_s'] * 1e3:.1f})"
     )
-    print(f"  tokens/s/GPU  {r['tokens_per_s_per_gpu']:10.1f}      TFLOP/s/GPU {r['tflops_per_gpu']:.4f}")
+    tflops = figures(r["tflops_per_gpu"])
+    print(f"  tokens/s/GPU  {r['tokens_per_s_per_gpu']:10.1f}      TFLOP/s/GPU {tflops}")
     if r.get("mfu") is not None:
         which = r["mfu_peak_source"].split(":")[0]  # the profile, and why that one
-        print(f"  MFU           {r['mfu']:10.1%}      of {r['mfu_peak_tflops']:g} TFLOP/s/GPU, {which}")
+        peak = figures(r["mfu_peak_tflops"])
+        print(f"  MFU           {r['mfu']:10.1%}      of {peak} TFLOP/s/GPU, {which}")
     peak, rank = format_bytes(r["peak_memory_bytes"]), r["peak_memory_rank"]
     print(f"  peak memory   {peak:>13} (max over ranks, rank {rank})")
     for cat in ("parameters", "gradients", "optimizer", "activations", "other"):
@@ -70,6 +74,14 @@ def ms(seconds: float) -> str:
     """'38.4 ms', '0.233 ms', '1,204 ms': three significant figures, or whole milliseconds."""
     value = seconds * 1e3
     return f"{value:,.0f} ms" if value >= 100 else f"{value:.3g} ms"
+
+
+def figures(value: float) -> str:
+    """Three significant figures, no exponent, whole numbers from 100: '0.0935', '1.25', '1,979'
+    (a CPU's 0.093542 TFLOP/s is not known to six)."""
+    if not value or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{2 - math.floor(math.log10(abs(float(f'{value:.3g}'))))}f}"
 
 
 def first_line(text: str) -> str:

@@ -19,14 +19,15 @@ from tspbench.cli.args import output_path
 from tspbench.cli.terminal import print_table, progress_for
 from tspbench.core.errors import UsageError
 from tspbench.core.names import AXES, OK_STATUSES
-from tspbench.core.units import degrees_text, format_bytes
+from tspbench.core.units import degrees_text
 from tspbench.sweep.cluster import Profile
 from tspbench.sweep.damage import RunFiles
 from tspbench.sweep.experiment import EXECUTORS
 from tspbench.sweep.points import Point
 from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
 from tspbench.sweep.slurm import submissions
-from tspbench.sweep.store import Store, results_folder, status_table, write_tables
+from tspbench.sweep.status import headline, status_table
+from tspbench.sweep.store import Store, results_folder, write_tables
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -174,13 +175,7 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
         return 0
     table = rows[list(SUMMARY_COLUMNS)].rename(columns=SUMMARY_COLUMNS)
     table.insert(2, "degrees", rows.apply(lambda row: degrees_text(row["strategy"], row), axis=1))
-    for col, src, scale in (("step_ms", "step_time_s", 1e3), ("tok/s/gpu", "tokens_per_s_per_gpu", 1)):
-        if src in rows:
-            table[col] = (pd.to_numeric(rows[src], errors="coerce") * scale).round(1)
-    if "peak_memory_bytes" in rows:
-        peak = pd.to_numeric(rows["peak_memory_bytes"], errors="coerce")
-        table["peak"] = peak.map(lambda b: "" if pd.isna(b) else format_bytes(b))
-    print_table(table)
+    print_table(table.join(headline(rows)))
     counts = rows["status"].value_counts().to_dict()
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; records in {store.root}/records.csv")
     return 0 if set(counts) <= set(OK_STATUSES) else 1

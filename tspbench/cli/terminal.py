@@ -162,8 +162,8 @@ class RichProgress(Progress):
 def print_table(frame: pd.DataFrame, stream: TextIO | None = None) -> None:
     """``frame`` without its index: a rich table on a terminal, pandas' text otherwise."""
     stream = stream or sys.stdout
-    if not on_terminal(stream):
-        stream.write(frame.to_string(index=False) + "\n")
+    if not on_terminal(stream):  # a missing value blank, as on a terminal (not NaN)
+        stream.write(frame.to_string(index=False, na_rep="") + "\n")
         return
     table = Table(box=box.SIMPLE_HEAD)
     for name in frame.columns:

@@ -45,6 +45,16 @@ def _figures(value: float, unit: str) -> str:
     return f"{value:.0f}" if unit == "B" else f"{value:.{2 if abs(value) < 10 else 1}f}"
 
 
+_RAW_BYTES = re.compile(r"\b(\d{1,3}(?:,\d{3})+|\d+) B\b")
+
+
+def readable_sizes(text: str) -> str:
+    """Every byte count written out in ``text`` in the unit that suits it, as the tables show
+    sizes: 'peak 111,909,279,744 B exceeds usable 81,604,378,624 B' -> 'peak 104.2 GiB exceeds
+    usable 76.0 GiB'. Reasons stored before #46 carry raw bytes; they are shown this way."""
+    return _RAW_BYTES.sub(lambda m: format_bytes(int(m.group(1).replace(",", ""))), text)
+
+
 def excerpt(text: str, limit: int = 4000) -> str:
     """The head and the tail of a long error (where the exception and the raise site are)."""
     return text if len(text) <= limit else text[:1000] + "\n...\n" + text[-(limit - 1000) :]

@@ -44,8 +44,8 @@ import pandas as pd
 
 from tspbench.core.errors import UsageError
 from tspbench.core.files import FILE_MODE, read_input_text, write_atomic
-from tspbench.core.names import AXES, FINAL_STATUSES, INTERRUPTED
-from tspbench.core.units import excerpt, format_bytes
+from tspbench.core.names import FINAL_STATUSES, INTERRUPTED
+from tspbench.core.units import excerpt
 from tspbench.sweep.damage import DamagedResults, RunFiles, quarantine, read_run
 from tspbench.sweep.owner import ELSEWHERE, GONE, owner_state, this_process
 
@@ -353,43 +353,3 @@ def write_tables(experiment_dir: str | Path, damaged: list[RunFiles] | None = No
     frame.to_parquet(parquet, index=False)
     write_atomic(root / "records.parquet", parquet.getvalue())
     return frame
-
-
-STATUS_COLUMNS = ("run_id", "strategy", *AXES, "world_size", "seq_len", "batch", "mode", "recompute")
-
-
-def status_table(path: str | Path, damaged: list[RunFiles] | None = None) -> pd.DataFrame:
-    """One compact row per point: what it is, its status, attempts and headline numbers; damaged
-    folders (appended to ``damaged`` when given) as rows of status ``corrupt``."""
-    bad: list[RunFiles] = []
-    frame = load(path, bad)
-    if damaged is not None:
-        damaged.extend(bad)
-    if bad:
-        rows = [{"experiment": f.run.parent.name, "run_id": f.run.name, "status": "corrupt"} for f in bad]
-        errors = [f.problems[0] for f in bad]
-        frame = pd.concat([frame, pd.DataFrame(rows).assign(attempt=0, error=errors)], ignore_index=True)
-    if frame.empty:
-        return frame
-    columns = [c for c in ("experiment", *STATUS_COLUMNS) if c in frame]
-    table = frame[columns].copy()
-    for col in (*AXES, "world_size", "seq_len", "batch"):
-        if col in table:  # a corrupt row has none: whole numbers still print as 2, not 2.0
-            table[col] = table[col].astype("Int64")
-    table["status"] = frame["status"]
-    table["attempt"] = frame["attempt"]
-    if "step_time_s" in frame:
-        table["step_ms"] = (frame["step_time_s"] * 1e3).round(1)
-    if "peak_memory_bytes" in frame:
-        table["peak"] = frame["peak_memory_bytes"].map(lambda b: "" if pd.isna(b) else format_bytes(b))
-    table["error"] = frame["error"].map(_first_line)
-    if table["experiment"].nunique() == 1:
-        table = table.drop(columns="experiment")
-    return table
-
-
-def _first_line(text: Any, width: int = 60) -> str:
-    if not isinstance(text, str) or not text:
-        return ""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= width else line[: width - 3] + "..."
