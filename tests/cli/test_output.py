@@ -193,9 +193,50 @@ def test_plan_decode_lists_every_rejected_layout(capsys: pytest.CaptureFixture[s
 
 def test_plan_peaks_are_printed_in_gib(capsys: pytest.CaptureFixture[str]) -> None:
     peaks = [r["peak_memory_bytes"] for r in json.loads(_output([*PLAN, "--json"], capsys))["ranked"][:3]]
-    rows = _output(PLAN, capsys).splitlines()[2:5]
+    text = _output(PLAN, capsys).splitlines()
+    head = next(i for i, line in enumerate(text) if line.startswith("rank "))
+    rows = text[head + 1 : head + 4]
     for peak, row in zip(peaks, rows, strict=True):
         assert f"{peak / GIB:.1f} GiB" in row, row
+
+
+MI300X_PLAN = ["plan", "--model", "7b", "--gpus", "64", "--gpus-per-node", "8", "--seq-len", "131072"]
+
+
+def test_plan_gives_its_answers_before_the_rejected_layouts_each_naming_its_setting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = _output([*MI300X_PLAN, "--hardware", "mi300x", "--recompute", "selective"], capsys).splitlines()
+    blocks = [line.split(" (")[0].split(":")[0].split("  ")[0] for line in text if not line.startswith(" ")]
+    answers = ["fastest layouts that fit", "rank", "memory frontier", "crossover"]
+    assert blocks[1:] == [*answers, "rejected"], blocks  # the rejected layouts last
+    for line in text:
+        if line.startswith(("fastest", "memory frontier", "crossover")):
+            assert "train, recompute selective" in line, line
+
+
+def test_plan_frontier_stops_at_max_seq_len_and_says_when_nothing_fits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The issue's plan on MI300X: TSP 8 fits far past the 7B's 139,264 positions (it once said
+    359,424); the frontier says 139,264 and that it is the cap. On an H100 the 7B's plain DDP
+    replica (every weight, gradient and Adam state on one GPU) fits not even 1,024 tokens."""
+    result = json.loads(_output([*MI300X_PLAN, "--hardware", "mi300x", "--json"], capsys))
+    assert result["frontier"]["tsp"]["8"] == 139264 == result["frontier_cap"]
+    fits = ["predict", "--model", "7b", "--strategy", "tsp", "--tsp", "8", "--seq-len", "139264"]
+    assert json.loads(_output([*fits, "--hardware", "mi300x", "--json"], capsys))["fits"]
+    text = _output([*MI300X_PLAN, "--hardware", "mi300x"], capsys)
+    capped = r"4: 139,264 \(max_seq_len\)  8: 139,264 \(max_seq_len\)"
+    assert re.search(rf"^  tsp +2: [\d,]+  {capped}$", text, re.M), text
+    assert "359,424" not in text
+
+    ddp = ["predict", "--model", "7b", "--strategy", "dp", "--seq-len", "1024", "--dtype", "bfloat16"]
+    assert not json.loads(_output([*ddp, "--hardware", "h100", "--json"], capsys))["fits"]
+    text = _output(
+        ["plan", "--model", "7b", "--gpus", "8", "--seq-len", "4096", "--hardware", "h100"], capsys
+    )
+    assert re.search(r"^  dp +1: does not fit$", text, re.M), text
+    assert not re.search(r"\d: 0\b", text)
 
 
 MY_COMMANDS = ("env", "validate", "bench", "gpu-check", "predict", "plan", "calibrate", "plan-decode", "run")

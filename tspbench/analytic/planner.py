@@ -7,7 +7,8 @@ does not fit in memory, or (unless allowed) its model-parallel group spans nodes
 
     crossover   the tokens per micro-batch above which TSP moves fewer bytes per step than TP
                 at the same degree (both grow linearly in tokens: two points give the line)
-    frontier    the longest sequence that fits, per strategy and model-parallel degree
+    frontier    the longest sequence that fits, per strategy and model-parallel degree, up to
+                the model's max_seq_len (the positions it serves: no longer answer is of use)
 
 ``plan_decode`` answers the decode question: every layout ranked by predicted TPOT at batch B
 (tspbench.analytic.decode), rejected when it does not fit (the cache included) or is indivisible.
@@ -40,7 +41,8 @@ class PlanResult:
     ranked: list[Candidate]
     rejected: list[Candidate]
     crossover_tokens: dict[int, float] = field(default_factory=dict)
-    frontier: dict[str, dict[int, int]] = field(default_factory=dict)
+    frontier: dict[str, dict[int, int]] = field(default_factory=dict)  # 0: not even 1,024 tokens fit
+    frontier_cap: int = 0  # the model's max_seq_len: a frontier of this fits at least that much
 
 
 def divisors(n: int) -> list[int]:
@@ -95,6 +97,7 @@ def plan(
         rejected=[c for c in candidates if c.reason is not None],
         crossover_tokens={d: crossover_tokens(workload, d) for d in degrees},
         frontier=memory_frontier(workload, hw, degrees),
+        frontier_cap=workload.model.max_seq_len,
     )
 
 
@@ -122,9 +125,11 @@ def crossover_tokens(workload: Workload, degree: int) -> float:
 
 
 def memory_frontier(
-    workload: Workload, hw: Hardware, degrees: tuple[int, ...], limit: int = 1 << 24
+    workload: Workload, hw: Hardware, degrees: tuple[int, ...], limit: int | None = None
 ) -> dict[str, dict[int, int]]:
-    """Longest sequence (a multiple of 1024) that fits, per strategy and model-parallel degree."""
+    """Longest sequence (a multiple of 1024, or ``limit`` itself) that fits, per strategy and
+    model-parallel degree; ``limit`` defaults to the model's max_seq_len, the positions it serves."""
+    limit = limit or workload.model.max_seq_len
     out: dict[str, dict[int, int]] = {}
     for cls in iter_strategies():
         out[cls.name] = {}
@@ -155,15 +160,14 @@ def _fits(layout: Layout, workload: Workload, hw: Hardware, seq: int) -> bool:
 
 
 def _longest_fitting(layout: Layout, workload: Workload, hw: Hardware, limit: int) -> int:
+    """``limit`` when it fits, else the longest multiple of 1024 below it that fits (bisected:
+    a peak grows with the sequence), 0 when not even 1024 does."""
     step = 1024
-    if not _fits(layout, workload, hw, step):
+    if limit < step or not _fits(layout, workload, hw, step):
         return 0
-    lo, hi = step, step
-    while hi < limit and _fits(layout, workload, hw, hi * 2):
-        hi *= 2
-    if hi >= limit:
+    if _fits(layout, workload, hw, limit):
         return limit
-    lo, hi = hi, hi * 2  # lo fits, hi does not
+    lo, hi = step, -(-limit // step) * step  # lo fits, hi (at or past limit) does not
     while hi - lo > step:
         mid = (lo + hi) // 2 // step * step
         lo, hi = (mid, hi) if _fits(layout, workload, hw, mid) else (lo, mid)

@@ -6,16 +6,14 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
 
 import yaml
 
 from tspbench.analytic.decode import DecodePrediction, predict_decode
 from tspbench.analytic.hardware import Hardware, available_hardware
-from tspbench.analytic.planner import PlanResult, plan
+from tspbench.analytic.planner import plan
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.profile_choice import choose_profile
 from tspbench.calibrate.profile import calibrate, default_model
@@ -31,6 +29,7 @@ from tspbench.cli.args import (
     positive_int,
     within_model,
 )
+from tspbench.cli.plan_text import plan_json, print_plan
 from tspbench.cli.terminal import progress_for
 from tspbench.core.errors import OutputError, UsageError
 from tspbench.core.files import check_suffix, write_atomic
@@ -232,23 +231,6 @@ def print_prediction(p: Prediction) -> None:
     print(f"throughput: {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {p.mfu:.1%}")
 
 
-class Rejected(Protocol):
-    """A layout a planner could not rank (tspbench.analytic.planner's candidates)."""
-
-    layout: Layout
-    reason: str | None
-
-
-def ranked_json(
-    ranked: Sequence[Any], record: Callable[[Any], dict], rejected: Sequence[Rejected]
-) -> dict[str, list[dict]]:
-    """A plan's ranking (each row its layout and ``record`` of its prediction) and its rejections."""
-    return {
-        "ranked": [{"layout": c.layout.to_dict(), **record(c.prediction)} for c in ranked],
-        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in rejected],
-    }
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.mode == "decode":
         raise UsageError(
@@ -274,22 +256,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     what = f"seq {args.seq_len}, batch {args.batch}, {args.mode}, recompute {args.recompute}"
     if print_json_or_heading(args, hw, plan_json(result), what):
         return 0
-    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak/GPU':>10} {'step s':>8}")
-    for i, c in enumerate(result.ranked[: args.top], 1):
-        p = c.prediction
-        print(
-            f"{i:>4}  {c.layout.describe():<28} {p.tokens_per_s_per_gpu:>13,.0f} {p.mfu:>6.1%} "
-            f"{format_bytes(p.memory.peak_bytes):>10} {p.step_time_s:>8.3f}"
-        )
-    print_left_out(len(result.ranked), args.top)
-    print_rejected(result.rejected, 28)
-    print("crossover (tokens per micro-batch above which TSP moves fewer bytes than TP at the same degree):")
-    for d, tokens in result.crossover_tokens.items():
-        print(f"  D={d}: {tokens:,.0f} tokens" if math.isfinite(tokens) else f"  D={d}: never")
-    print("memory frontier (longest sequence that fits, one replica):")
-    for name, by_degree in result.frontier.items():
-        cells = "  ".join(f"{d}: {s:,}" for d, s in by_degree.items())
-        print(f"  {name:<6} {cells}")
+    print_plan(result, workload, args.top)
     return 0
 
 
@@ -301,37 +268,6 @@ def print_json_or_heading(args: argparse.Namespace, hw: Hardware, plan: dict, wh
         return True
     print(f"{args.model}, {args.gpus} GPUs ({hw.gpus_per_node} per node, {hw.name}), {what}")
     return False
-
-
-def print_left_out(ranked: int, top: int) -> None:
-    """Below a ranking of ``ranked`` layouts cut at ``top`` rows: that none fits, or how many it cut."""
-    if not ranked:
-        print("  no layout fits")
-    elif ranked > top:
-        print(f"  ... {ranked - top} more that fit (--top {ranked} lists them)")
-
-
-def print_rejected(rejected: Sequence[Rejected], width: int) -> None:
-    """Every rejected layout, grouped by the kind of reason ('out of memory', 'crosses nodes',
-    'indivisible'), one line each with the rest of its reason."""
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for c in rejected:
-        kind, _, detail = (c.reason or "").partition(": ")
-        groups.setdefault(kind, []).append((c.layout.describe(), detail))
-    print(f"rejected: {len(rejected)}" + (", by reason:" if groups else ""))
-    for kind, rows in groups.items():
-        hint = "; --allow-cross-node ranks them" if kind == "crosses nodes" else ""
-        print(f"  {kind} ({len(rows)}{hint}):")
-        for layout, detail in rows:
-            print(f"    {layout:<{width}} {detail}")
-
-
-def plan_json(result: PlanResult) -> dict[str, object]:
-    return {
-        **ranked_json(result.ranked, lambda p: p.to_json(), result.rejected),
-        "crossover_tokens": {str(d): t for d, t in result.crossover_tokens.items()},
-        "frontier": {k: {str(d): s for d, s in v.items()} for k, v in result.frontier.items()},
-    }
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

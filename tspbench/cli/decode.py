@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 
 from tspbench.analytic.planner import DecodePlan, plan_decode
-from tspbench.cli.analytic import (
-    add_cluster_args,
-    add_dtype_and_hardware,
-    hardware_of,
-    print_json_or_heading,
-    print_left_out,
-    print_rejected,
-    ranked_json,
-)
+from tspbench.cli.analytic import add_cluster_args, add_dtype_and_hardware, hardware_of, print_json_or_heading
 from tspbench.cli.args import positive_int, within_model
+from tspbench.cli.plan_text import print_left_out, print_rejected, ranked_json
 from tspbench.core.spec import ModelConfig
 from tspbench.core.units import format_bytes
 

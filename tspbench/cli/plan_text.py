@@ -1,0 +1,109 @@
+"""A plan as a user reads it: the answers first (the fastest layouts that fit, the longest
+sequence each layout fits, where TSP starts moving fewer bytes than TP), every rejected layout
+after them, grouped by why; and the JSON of the same. ``plan-decode`` shares the ranking's
+tail and the rejections."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from tspbench.analytic.planner import PlanResult
+from tspbench.core.spec import Layout, Workload
+from tspbench.core.units import format_bytes
+
+
+class Rejected(Protocol):
+    """A layout a planner could not rank (tspbench.analytic.planner's candidates)."""
+
+    layout: Layout
+    reason: str | None
+
+
+def print_plan(result: PlanResult, workload: Workload, top: int) -> None:
+    """The ranking, the memory frontier and the crossover, each naming the run mode and the
+    recomputation it holds for; then the rejected layouts (up to dozens of lines)."""
+    setting = f"{workload.mode}, recompute {workload.recompute}"
+    print(f"fastest layouts that fit ({setting}, projected):")
+    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak/GPU':>10} {'step s':>8}")
+    for i, c in enumerate(result.ranked[:top], 1):
+        p = c.prediction
+        print(
+            f"{i:>4}  {c.layout.describe():<28} {p.tokens_per_s_per_gpu:>13,.0f} {p.mfu:>6.1%} "
+            f"{format_bytes(p.memory.peak_bytes):>10} {p.step_time_s:>8.3f}"
+        )
+    print_left_out(len(result.ranked), top)
+    print_frontier(result, setting, workload.batch)
+    print(
+        f"crossover ({setting}: tokens per micro-batch above which TSP moves fewer bytes than TP at "
+        "the same degree):"
+    )
+    for d, tokens in result.crossover_tokens.items():
+        print(f"  D={d}: {tokens:,.0f} tokens" if math.isfinite(tokens) else f"  D={d}: never")
+    print_rejected(result.rejected, 28)
+
+
+def print_frontier(result: PlanResult, setting: str, batch: int) -> None:
+    """Per layout and degree the longest sequence that fits one replica; a layout that fits not
+    even 1,024 tokens 'does not fit', and one that fits the model's max_seq_len says so (the
+    search stops there: the model serves no more positions)."""
+    cap = result.frontier_cap
+    print(
+        f"memory frontier ({setting}, micro-batch {batch}: longest sequence that fits one replica; "
+        f"capped at the model's max_seq_len, {cap:,}):"
+    )
+    width = max((len(name) for name in result.frontier), default=0)
+    for name, by_degree in result.frontier.items():
+        cells = "  ".join(f"{d}: {_frontier_cell(s, cap)}" for d, s in by_degree.items())
+        print(f"  {name:<{width}} {cells}")
+
+
+def _frontier_cell(tokens: int, cap: int) -> str:
+    if tokens == 0:
+        return "does not fit"
+    return f"{tokens:,} (max_seq_len)" if tokens >= cap else f"{tokens:,}"
+
+
+def print_left_out(ranked: int, top: int) -> None:
+    """Below a ranking of ``ranked`` layouts cut at ``top`` rows: that none fits, or how many it cut."""
+    if not ranked:
+        print("  no layout fits")
+    elif ranked > top:
+        print(f"  ... {ranked - top} more that fit (--top {ranked} lists them)")
+
+
+def print_rejected(rejected: Sequence[Rejected], width: int) -> None:
+    """Every rejected layout, grouped by the kind of reason ('out of memory', 'crosses nodes',
+    'indivisible'), one line each with the rest of its reason."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for c in rejected:
+        kind, _, detail = (c.reason or "").partition(": ")
+        groups.setdefault(kind, []).append((c.layout.describe(), detail))
+    print(f"rejected: {len(rejected)}" + (", by reason:" if groups else ""))
+    for kind, rows in groups.items():
+        hint = "; --allow-cross-node ranks them" if kind == "crosses nodes" else ""
+        print(f"  {kind} ({len(rows)}{hint}):")
+        for layout, detail in rows:
+            print(f"    {layout:<{width}} {detail}")
+
+
+def ranked_json(
+    ranked: Sequence[Any], record: Callable[[Any], dict], rejected: Sequence[Rejected]
+) -> dict[str, list[dict]]:
+    """A plan's ranking (each row its layout and ``record`` of its prediction) and its rejections."""
+    return {
+        "ranked": [{"layout": c.layout.to_dict(), **record(c.prediction)} for c in ranked],
+        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in rejected],
+    }
+
+
+def plan_json(result: PlanResult) -> dict[str, object]:
+    """The whole plan; a frontier of 0 fits not even 1,024 tokens, one of ``frontier_cap`` (the
+    model's max_seq_len) fits at least that."""
+    return {
+        **ranked_json(result.ranked, lambda p: p.to_json(), result.rejected),
+        "crossover_tokens": {str(d): t for d, t in result.crossover_tokens.items()},
+        "frontier": {k: {str(d): s for d, s in v.items()} for k, v in result.frontier.items()},
+        "frontier_cap": result.frontier_cap,
+    }
