@@ -9,7 +9,7 @@ from matplotlib.lines import Line2D
 
 from tspbench.report import figures
 from tspbench.report.frame import context, prepare
-from tspbench.report.legend import EXCHANGES, exchange_of, split_exchange, with_exchange
+from tspbench.report.legend import EXCHANGES, LAYOUTS, exchange_of, split_exchange, with_exchange
 from tspbench.report.style import SeriesStyle
 from tspbench.report.tables import summary_table
 
@@ -53,7 +53,8 @@ def test_records_without_exchanges_keep_their_table_and_labels() -> None:
     assert "kv_exchange" not in summary_table(df).columns  # stored reports regenerate byte for byte
     assert set(df["series"]) == {"sp4"}
     style = SeriesStyle([("sp4", "sp"), ("tp_sp tp2 x sp2", "tp_sp")], ["sp", "tp_sp"])
-    assert style.dash == {} and style.line("sp4")["linestyle"] == "-"
+    # no exchange shown: each layout takes its strategy's own dash from the layouts' table
+    assert style.dash == {"sp4": LAYOUTS["sp"].dash, "tp_sp tp2 x sp2": LAYOUTS["tp_sp"].dash}
 
 
 def test_figure_legend_has_one_entry_per_exchange_each_its_own_dash() -> None:

@@ -3,14 +3,14 @@ and p50 against p99 TPOT per layout. Both read records of mode "decode" (measure
 --mode decode`` or projected by tspbench.analytic.decode) and return None for other records.
 
 A panel per setting that varies besides the batch (the hardware a projection is for, the
-context, the model); a line per layout. A point that does not fit (status "oom") has no TPOT:
-it is an X in a grey strip at the foot of its panel, below every TPOT drawn, a row per layout
-that ran out (as the throughput figure's strip), so that no mark hides another. TSP's break-even
-batch (the model's: the smallest batch whose GEMMs on one weight shard last as long as moving
-the next) is a dotted vertical line in its color, or, when it lies beyond the batches swept, an
-arrow at the right edge with its value. The title names the source and the device
-(Context.where: projected for a GPU, measured on CPU, executed in a fake world); where p99
-lies within 1% of p50 at every point of a panel (a projection's spread is small), the tails
+context, the model); a line per layout. A point that does not fit (status "oom") has no TPOT: it
+is its layout's marker crossed out in a grey strip at the foot of its panel, below every TPOT
+drawn, a row per layout that ran out (as the throughput figure's strip), so that no mark hides
+another. TSP's break-even batch (the model's: the smallest batch whose GEMMs on one weight shard
+last as long as moving the next) is a dotted vertical line in its color, or, when it lies beyond
+the batches swept, an arrow at the right edge with its value. The title names the source and the
+device (Context.where: projected for a GPU, measured on CPU, executed in a fake world); where
+p99 lies within 1% of p50 at every point of a panel (a projection's spread is small), the tails
 figure says so, since the dashed lines then hide under the solid ones.
 """
 
@@ -27,6 +27,7 @@ from matplotlib.transforms import blended_transform_factory
 from tspbench.report import style as st
 from tspbench.report.band import rests_on
 from tspbench.report.figures import (
+    OOM_KEY,
     OOM_STYLE,
     draw_oom_strip,
     facets,
@@ -100,7 +101,7 @@ def _oom_marks(ax: Axes, sub: pd.DataFrame, rows: pd.DataFrame, style: st.Series
     for k, label in enumerate(oom_rows(rows, style)):
         xs = oom.loc[oom["series"] == label, "batch"]
         y = strip - ROW * (k + 0.5) - 0.01
-        ax.scatter(xs, [y] * len(xs), color=style.color[label], transform=where, **{**OOM_STYLE, "s": 45})
+        ax.scatter(xs, [y] * len(xs), transform=where, **{**OOM_STYLE, **style.oom(label), "s": 70})
 
 
 def _break_even(ax: Axes, sub: pd.DataFrame, style: st.SeriesStyle, floor: float) -> list[str]:
@@ -137,20 +138,16 @@ def _finish(ax: Axes, rows: pd.DataFrame, title: str, ylabel: str) -> None:
     ax.set_title(title)
 
 
-OOM_HANDLE = {
-    "ls": "",
-    "marker": st.OOM_MARKER,
-    "color": "#999999",
-    "markeredgecolor": "black",
-    "markersize": 8,
-}
-
-
 def _legend(fig: Figure, style: st.SeriesStyle, rows: pd.DataFrame, extra: list[Line2D]) -> None:
     handles = series_handles(style) + extra
     if (rows["status"] == "oom").any():
         handles.append(
-            Line2D([], [], label="does not fit (out of memory,\nno TPOT): X in the grey strip", **OOM_HANDLE)
+            Line2D(
+                [],
+                [],
+                label="does not fit (out of memory, no TPOT):\nits marker crossed, in the grey strip",
+                **OOM_KEY,
+            )
         )
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="layout")
 

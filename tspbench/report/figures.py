@@ -9,12 +9,13 @@ so no line ever mixes two settings.
 
 Out-of-memory points are results, and a figure must not let a peak that does not fit pass for
 one that does: memory axes draw the capacity (the tracker's limit on CPU, the hardware profile's
-usable memory for projected and fake-world points) as a named dashed line, and an X, in the
-layout's color, at every predicted OOM peak (on the capacity line when there is no prediction)
-and on every fake-world peak over the capacity (the fake world never runs out: the X says the
-device would). Every mark stays inside the axes at its value: a memory axis turns log when
-some prediction is far over everything else. Throughput axes have no value to show for an OOM
-point: its X sits in a strip below zero, a row per layout, so none hides another.
+usable memory for projected and fake-world points) as a named dashed line, and the layout's
+marker crossed out (style.crossed: its shape and fill tell layouts apart without color, #46)
+at every predicted OOM peak (on the capacity line when there is no prediction) and on every
+fake-world peak over the capacity (the fake world never runs out: the cross says the device
+would). Every mark stays inside the axes at its value: a memory axis turns log when some
+prediction is far over everything else. Throughput axes have no value to show for an OOM
+point: its mark sits in a strip below zero, a row per layout, so none hides another.
 """
 
 from __future__ import annotations
@@ -109,13 +110,20 @@ class Panel:
 
 
 STRIP_ROW = 0.045  # axes fraction per layout in a throughput panel's out-of-memory strip
-OOM_STYLE = {"marker": st.OOM_MARKER, "s": 70, "edgecolors": "black", "linewidths": 0.7, "zorder": 5}
+OOM_STYLE = {"marker": st.OOM_MARKER, "s": 100, "edgecolors": "black", "linewidths": 0.7, "zorder": 5}
+OOM_KEY = {
+    "ls": "",
+    "marker": st.crossed("s", "none"),
+    "color": "white",
+    "markeredgecolor": "black",
+    "markersize": 8,
+}
 
 
 def draw_lines(ax: Axes, df: pd.DataFrame, x: str, panel: Panel, style: st.SeriesStyle, scale: float) -> None:
-    """One line per series over ``x`` (completed points); on memory axes the capacity dashed and an
-    X at every peak that does not fit (predicted for an OOM point, executed for a fake-world point
-    over the device's usable memory)."""
+    """One line per series over ``x`` (completed points); on memory axes the capacity dashed and
+    its crossed marker at every peak that does not fit (predicted for an OOM point, executed for
+    a fake-world point over the device's usable memory)."""
     ok = df[(df["status"] == "completed") & df[panel.column].notna()].sort_values(x)
     for label in style.labels:
         rows = ok[ok["series"] == label]
@@ -130,11 +138,11 @@ def draw_lines(ax: Axes, df: pd.DataFrame, x: str, panel: Panel, style: st.Serie
         order = sorted(group.index, key=lambda i: style.labels.index(group.at[i, "series"]))
         for k, i in enumerate(order):
             at = value * 2 ** (0.09 * (k - (len(order) - 1) / 2))
-            color = style.color[group.at[i, "series"]]
-            ax.scatter([at], [group.at[i, "oom_at"] / scale], color=color, **OOM_STYLE)
+            mark = style.oom(group.at[i, "series"])
+            ax.scatter([at], [group.at[i, "oom_at"] / scale], **{**OOM_STYLE, **mark})
     over = ok[ok["over_capacity"]]
     for label, rows in over.groupby("series", sort=False):  # on the line's own point
-        ax.scatter(rows[x], rows[panel.column] / scale, color=style.color[label], **OOM_STYLE)
+        ax.scatter(rows[x], rows[panel.column] / scale, **{**OOM_STYLE, **style.oom(label)})
 
 
 def draw_capacity(ax: Axes, df: pd.DataFrame, scale: float) -> None:
@@ -158,7 +166,7 @@ def oom_rows(df: pd.DataFrame, style: st.SeriesStyle) -> list[str]:
 
 def draw_oom_strip(ax: Axes, df: pd.DataFrame, x: str, style: st.SeriesStyle, height: float) -> None:
     """Out-of-memory points of an axis with no value to show (throughput): a strip of ``height``
-    (axes fraction) below zero, a row per layout that ran out, an X at each length it could not
+    (axes fraction) below zero, a row per layout that ran out, its crossed marker at each length it could not
     run, so that no mark hides another. ``finish_strip`` puts zero on the strip's top edge."""
     ax.add_patch(Rectangle((0, 0), 1, height, transform=ax.transAxes, facecolor="#f3f3f3", lw=0, zorder=1))
     ax.text(-0.015, height / 2, "out of\nmemory", transform=ax.transAxes, ha="right", va="center",
@@ -168,7 +176,7 @@ def draw_oom_strip(ax: Axes, df: pd.DataFrame, x: str, style: st.SeriesStyle, he
     for k, label in enumerate(oom_rows(df, style)):
         xs = oom.loc[oom["series"] == label, x]
         y = height - STRIP_ROW * (k + 0.5) - 0.01
-        ax.scatter(xs, [y] * len(xs), color=style.color[label], transform=where, **{**OOM_STYLE, "s": 45})
+        ax.scatter(xs, [y] * len(xs), transform=where, **{**OOM_STYLE, **style.oom(label), "s": 70})
 
 
 def finish_strip(ax: Axes, height: float) -> None:
@@ -203,15 +211,22 @@ def key_handles(df: pd.DataFrame, memory: bool, unit: tuple[str, float], strip: 
     out = []
     if memory and df["capacity"].nunique() == 1:
         out.append(Line2D([], [], color=st.CAPACITY_COLOR, ls="--", label=capacity_label(df, unit[1])))
-    mark = {"ls": "", "marker": st.OOM_MARKER, "color": "white", "markeredgecolor": "black", "markersize": 8}
+    mark = OOM_KEY  # the layout's marker, crossed out (style.crossed)
     if memory and (df["status"] == "oom").any():
-        out.append(Line2D([], [], **mark, label="out of memory (X at its predicted peak)"))
+        out.append(Line2D([], [], **mark, label="out of memory: its marker crossed\nat its predicted peak"))
     if memory and df["over_capacity"].any():
         device = df["capacity_of"].iloc[0] or "the device"
         out.append(Line2D([], [], **mark, label=f"over {device}'s usable memory: would run out\n"
-                          "of memory (X at the executed peak)"))  # fmt: skip
+                          "of memory (crossed, at the executed peak)"))  # fmt: skip
     if strip:
-        out.append(Line2D([], [], **mark, label="out of memory (no throughput):\nX in the strip below 0"))
+        out.append(
+            Line2D(
+                [],
+                [],
+                **mark,
+                label="out of memory (no throughput): its\nmarker crossed, in the strip below 0",
+            )
+        )
     return out
 
 

@@ -2,7 +2,7 @@
 draws it, where it sorts, and the axes whose degrees give its size in prose.
 
 Every reader takes it from here (formats.LABEL for tables and the docs' numbers, style.py for a
-figure's color and marker, frame.sort for the order), so a built-in strategy is one row, and a
+figure's color, marker and dash, frame.sort for the order), so a built-in strategy is one row, and a
 reader cannot know a strategy another has never heard of. A strategy not in it (a third-party
 plugin) sorts after these and draws in the next free color and marker (style.strategy_style).
 This module imports nothing heavy: the docs' renderer reads labels without loading matplotlib.
@@ -21,18 +21,21 @@ class Look:
     color: int  # index into seaborn's "colorblind" palette (style.py resolves it)
     marker: str  # matplotlib's marker code
     axes: tuple[str, ...]  # whose degrees name its size in prose: "TSP 8", "TP+SP 2x4"
+    dash: tuple[float, ...] = ()  # its line's dash (on, off, ... in line widths); () is solid
 
 
 # In the report's order (frame.sort): data parallel first, then the model-parallel layouts,
-# the composite ones after their parts, and the paper's TSP last.
+# the composite ones after their parts, and the paper's TSP last. Each has a color, a marker and
+# a dash of its own, so that a figure printed in grey (or read by a colour-blind reader) still
+# tells them apart by marker and line (#46); the paper's TSP is the one solid line.
 LAYOUTS: dict[str, Look] = {
-    "dp": Look("DP", 7, "v", ("dp",)),
-    "fsdp": Look("FSDP", 5, "h", ("fsdp",)),
-    "tp": Look("TP", 0, "s", ("tp",)),
-    "sp": Look("SP", 2, "^", ("sp",)),
-    "tp_sp": Look("TP+SP", 4, "D", ("tp", "sp")),
-    "fsdp_sp": Look("FSDP+SP", 9, "P", ("sp",)),
-    "tsp": Look("TSP", 3, "o", ("tsp",)),
+    "dp": Look("DP", 7, "v", ("dp",), (6, 1.5, 1.5, 1.5)),
+    "fsdp": Look("FSDP", 5, "h", ("fsdp",), (3, 1, 1, 1)),
+    "tp": Look("TP", 0, "s", ("tp",), (5, 2)),
+    "sp": Look("SP", 2, "^", ("sp",), (1.5, 1.5)),
+    "tp_sp": Look("TP+SP", 4, "D", ("tp", "sp"), (8, 2, 2, 2, 2, 2)),
+    "fsdp_sp": Look("FSDP+SP", 9, "P", ("sp",), (3, 1)),
+    "tsp": Look("TSP", 3, "o", ("tsp",), ()),
 }
 
 

@@ -1,9 +1,11 @@
 """The one look of every report figure: colors, markers, units, tick labels, and byte-stable files.
 
-A strategy keeps its color and marker in every figure (``strategy_style``), so a reader learns
-them once; several layouts of one strategy in one panel (TP+SP 2x4 and 4x2) share that hue
-and marker and differ by lightness, dash and fill. Strategies this module does not know (a third-party
-plugin) take the next free colors in name order.
+A strategy keeps its color, marker and dash in every figure (``strategy_style``, legend.LAYOUTS),
+so a reader learns them once; several layouts of one strategy in one panel (TP+SP 2x4 and 4x2)
+share its marker shape and differ by color (its hue turned and lightened), dash and fill. A point
+that runs out of memory is its layout's marker crossed out (``crossed``), so that it is told
+apart by shape and fill, not by color alone (#46). Strategies this module does not know (a
+third-party plugin) take the next free colors in name order.
 
 Files are byte-identical for identical records: no dates or versions in the metadata, a fixed
 SVG hash salt (matplotlib otherwise salts element ids randomly), fixed figure sizes and dpi, and
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import colorsys
 import io
+import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,6 +26,8 @@ from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.markers import MarkerStyle
+from matplotlib.path import Path as MarkerPath
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from tspbench.core.files import write_atomic
@@ -32,6 +37,7 @@ _CB = sns.color_palette("colorblind").as_hex()
 KNOWN_STRATEGIES = tuple(LAYOUTS)  # their colors and markers: the one table, legend.py
 STRATEGY_COLORS = {name: _CB[look.color] for name, look in LAYOUTS.items()}
 STRATEGY_MARKERS = {name: look.marker for name, look in LAYOUTS.items()}
+STRATEGY_DASHES = {name: look.dash for name, look in LAYOUTS.items()}
 EXTRA_COLORS = [_CB[i] for i in (1, 6, 8)] + sns.color_palette("dark", 10).as_hex()
 EXTRA_MARKERS = ("*", "<", ">", "p", "d", "H", "8")
 DASHES = ("", (5, 2), (1.5, 1.5), (6, 1.5, 1.5, 1.5), (3, 1), (8, 2, 2, 2, 2, 2))
@@ -75,7 +81,8 @@ RC = {
 
 
 def strategy_style(strategies: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """(color, marker) per strategy: fixed for the built-in ones, the next free ones for the rest."""
+    """(color, marker) per strategy: fixed for the built-in ones, the next free ones for the rest
+    (their dash: STRATEGY_DASHES, solid for the rest)."""
     out = {s: (STRATEGY_COLORS[s], STRATEGY_MARKERS[s]) for s in KNOWN_STRATEGIES}
     extra = sorted(set(strategies) - set(KNOWN_STRATEGIES))
     for i, name in enumerate(extra):
@@ -84,20 +91,50 @@ def strategy_style(strategies: Sequence[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
+HUE_TURN = 0.16  # of the color circle (58 degrees) over a strategy's layouts, dark to light
+
+
 def variant_color(color: str, i: int, n: int) -> str:
-    """The color of layout ``i`` of ``n`` of one strategy: its hue, lightness spread evenly from
-    dark (0.22) to light (0.68) and the hue turned a little (22 degrees in all), so that four layouts
-    of TP+SP read as four lines, not one (a plain shade of the strategy's color did not)."""
+    """The color of layout ``i`` of ``n`` of one strategy: lightness spread evenly from dark (0.22)
+    to light (0.68) and the hue turned by ``HUE_TURN`` in all, so that four layouts of TP+SP are
+    four colors (purple to magenta), not four near-identical shades of one (#46)."""
     if n == 1:
         return color
     hue, _, sat = colorsys.rgb_to_hls(*to_rgb(color))
     t = i / (n - 1)
-    return to_hex(colorsys.hls_to_rgb((hue + 0.06 * (t - 0.5)) % 1.0, 0.22 + 0.46 * t, sat))
+    return to_hex(colorsys.hls_to_rgb((hue + HUE_TURN * (t - 0.5)) % 1.0, 0.22 + 0.46 * t, sat))
+
+
+def variant_dash(strategy_dash: tuple[float, ...], i: int) -> tuple[float, ...]:
+    """Layout ``i`` of a strategy: the strategy's own dash first, then the others in DASHES' order,
+    solid last (the paper's TSP is the solid line)."""
+    own = tuple(strategy_dash)
+    others = [tuple(d) for d in DASHES if d and tuple(d) != own] + ([()] if own else [])
+    return [own, *others][i % (len(others) + 1)]
+
+
+def crossed(marker: str, fill: str = "full") -> MarkerPath:
+    """A layout's marker crossed out, as one path (one scatter draws it): its filled part (the
+    whole, half of it, or none: ``fill`` as its line's), then its outline and an X as two-point
+    segments, which have no area to fill and are stroked in the edge color. Draw it about 1.5
+    times the area of a plain marker: the cross's arms take the path's outer edge."""
+    whole = MarkerStyle(marker)
+    outline = whole.get_path().transformed(whole.get_transform())
+    parts = []
+    if fill != "none":
+        part = MarkerStyle(marker, fillstyle=fill)
+        parts.append(part.get_path().transformed(part.get_transform()))
+    for poly in outline.to_polygons(closed_only=False):
+        parts += [MarkerPath([a, b]) for a, b in itertools.pairwise(poly)]
+    arm = 0.62  # past the marker's edge (0.5): the cross shows across a dark fill too
+    parts += [MarkerPath([(-arm, -arm), (arm, arm)]), MarkerPath([(-arm, arm), (arm, -arm)])]
+    return MarkerPath.make_compound_path(*parts)
 
 
 class SeriesStyle:
-    """Color, marker, dash and marker fill per series label. Series of one strategy share its hue
-    and marker shape and differ by lightness (dark to light), dash and fill (full, hollow, half).
+    """Color, marker, dash and marker fill per series label. Series of one strategy share its
+    marker shape and differ by color (``variant_color``), dash (the strategy's first) and fill
+    (full, hollow, half).
     Where a series names a K/V exchange ('sp8 (ring)', legend.EXCHANGES), the dash is the
     exchange's in every layout, and lightness and fill tell only the layouts apart (#48)."""
 
@@ -109,7 +146,7 @@ class SeriesStyle:
         self.color: dict[str, str] = {}
         self.marker: dict[str, str] = {}
         self.variant: dict[str, int] = {}
-        self.dash: dict[str, tuple[float, ...]] = {}  # by K/V exchange, when a series shows one
+        self.dash: dict[str, tuple[float, ...]] = {}  # its layout's, or its K/V exchange's where shown
         split = {label: split_exchange(label) for label in self.labels}
         by_exchange = any(exchange != DEFAULT_EXCHANGE for _, exchange in split.values())
         for strategy in dict.fromkeys(s for _, s in series):
@@ -122,13 +159,13 @@ class SeriesStyle:
                 self.color[label] = variant_color(color, i, len(layouts))
                 self.marker[label] = marker
                 self.variant[label] = i
-                if by_exchange:
-                    self.dash[label] = EXCHANGES[split[label][1]].dash
+                own = variant_dash(STRATEGY_DASHES.get(strategy, ()), i)
+                self.dash[label] = EXCHANGES[split[label][1]].dash if by_exchange else own
 
     def line(self, label: str) -> dict:
         """Keyword arguments for ``Axes.plot`` / ``Line2D`` of this series."""
         i = self.variant[label]
-        dash = self.dash.get(label, DASHES[i % len(DASHES)])
+        dash = self.dash[label]
         fill, color = FILLS[i % len(FILLS)], self.color[label]
         return {
             "color": color,
@@ -140,6 +177,15 @@ class SeriesStyle:
             "markeredgewidth": 0.6 if fill == "full" else 1.2,
             "label": label,
         }
+
+    def oom(self, label: str) -> dict:
+        """Keyword arguments for ``Axes.scatter`` of this series' out-of-memory marks: its marker,
+        filled as its line's, crossed out (``crossed``): in black across a full marker, in its
+        color across a hollow or half one."""
+        fill, color = FILLS[self.variant[label] % len(FILLS)], self.color[label]
+        edge = "black" if fill == "full" else color
+        marker = crossed(self.marker[label], fill)
+        return {"marker": marker, "color": color, "edgecolors": edge, "linewidths": 1.0}
 
 
 # ----------------------------------------------------------------------------- units and ticks
