@@ -35,6 +35,8 @@ from tspbench.report.frame import Context
 MAX_BAR_PANELS = 5
 REST_COLOR = "#c8c8c8"  # the part of a peak the record does not break down into categories
 CUT_ROOM = 1.3  # the memory axis past its cut (bar_cut): room for the notes of bars that fit
+CHAR = 0.025  # a 7.5 pt letter's width (with its box) as a fraction of a bar panel's width (2.9 in)
+PHASES = ("backward", "forward", "optimizer", "prefill", "decode")  # a peak's phase, in a note
 MAX_LEGEND = 16  # parity legend entries that fit beside the axes
 
 
@@ -153,17 +155,20 @@ def stacked_bars(
     for ax in axes[len(values) :]:
         ax.set_visible(False)
     cut = bar_cut(df, parts, scale) if memory else None
+    shown = df if dim is None else df[df[dim].isin(values)]
+    parts = {c: look for c, look in parts.items() if shown[c].fillna(0).gt(0).any()}  # legend: drawn only
+    totals = np.maximum(shown[list(parts)].fillna(0).sum(axis=1), shown["peak"].fillna(0) if memory else 0)
+    room = 1.3 if memory and df["over_capacity"].any() else 1.18  # "over capacity": longer than "OOM"
+    room = CUT_ROOM if cut else room
+    right = cut or max([*totals / scale, *(c / scale for c in capacity)], default=1.0) * 1.05
     for i, (ax, value) in enumerate(zip(axes, values, strict=False)):
         sub = df if value is None else df[df[dim] == value]
-        draw_bars(ax, sub, labels, parts, scale, memory, cut)
+        draw_bars(ax, sub, labels, parts, scale, memory, cut, right * room)
         ax.set_title(facet_label(dim, value, ctx.noun) if dim else "")
         ax.set_xlabel(xlabel.format(unit=unit) if i + ncols >= len(values) else "")  # lowest in its column
         ax.xaxis.set_major_formatter(st.count_formatter(ax.xaxis))
     axes[0].set_yticks(range(len(labels)), labels)
     axes[0].set_ylim(len(labels) - 0.5, -0.5)
-    right = cut or max(ax.get_xlim()[1] for ax in axes[: len(values)])
-    room = 1.3 if memory and df["over_capacity"].any() else 1.18  # "over capacity": longer than "OOM"
-    room = CUT_ROOM if cut else room
     for ax in axes:
         ax.set_xlim(0, right * room)  # one scale for all; room for the totals and OOM notes
     handles: list = [Patch(color=color, label=name) for name, color in parts.values()]
@@ -181,7 +186,8 @@ def stacked_bars(
         frameon=False,
         title="category" if memory else "collective",
     )
-    fig.suptitle(ctx.title(f"{what}, {held}" if held else what, df))
+    phase = "\nEach bar: the categories at its peak, in the phase named under its total" if memory else ""
+    fig.suptitle(ctx.title((f"{what}, {held}" if held else what) + phase, df))
     return fig
 
 
@@ -213,9 +219,12 @@ def draw_bars(
     scale: float,
     memory: bool,
     cut: float | None = None,
+    xmax: float | None = None,
 ) -> None:
     """A stacked bar per layout; one longer than ``cut`` runs off the axis' right edge (its
-    total and an arrow written at the edge)."""
+    total and an arrow written at the edge). Each bar's total, with the phase of a memory peak,
+    is written where it crosses neither the capacity line nor the axis' edge (``note_at``)."""
+    capacity = sub["capacity"].iloc[0] / scale if memory and sub["capacity"].nunique() == 1 else None
     for y, label in enumerate(labels):
         rows = sub[sub["series"] == label]
         if rows.empty:
@@ -236,18 +245,46 @@ def draw_bars(
         if rest > 0:  # the peak is the bar's length, whatever the record breaks down
             ax.barh(y, rest, left=left, color=REST_COLOR, height=0.7, hatch=hatch, edgecolor="white", lw=0.5)
             left += rest
-        over = memory and row["over_capacity"]  # a fake-world peak the device could not hold
-        note = f" {left:,.1f}" + (" OOM" if row["status"] == "oom" else "\n over capacity" if over else "")
+        note = bar_note(row, left, memory)
         if cut is not None and left > cut:  # past the cut: the value at the axis' edge, inside
             box = {"facecolor": "white", "edgecolor": "none", "pad": 0.8, "alpha": 0.9}
-            ax.text(cut * CUT_ROOM * 0.99, y, f"{note.strip()} ->", va="center", ha="right", fontsize=7.5,
+            ax.text(cut * CUT_ROOM * 0.99, y, f"{note} ->", va="center", ha="right", fontsize=7.5,
                     color="#333333", bbox=box)  # fmt: skip
-        else:  # a light box: readable where the note crosses the capacity line
-            box = {"facecolor": "white", "edgecolor": "none", "pad": 0.0, "alpha": 0.7}
-            ax.text(left, y, note, va="center", ha="left", fontsize=7.5, color="#333333", bbox=box)
-    if memory and sub["capacity"].nunique() == 1:
-        ax.axvline(sub["capacity"].iloc[0] / scale, color=st.CAPACITY_COLOR, ls="--", lw=1.1)
+        else:  # a light box: readable on the bar
+            x, ha = note_at(left, len(max(note.split("\n"), key=len)) * CHAR * (xmax or left), capacity, xmax)
+            box = {"facecolor": "white", "edgecolor": "none", "pad": 0.6, "alpha": 0.75}
+            ax.text(x, y, note, va="center", ha=ha, fontsize=7.5, color="#333333", bbox=box)
+    if capacity is not None:
+        ax.axvline(capacity, color=st.CAPACITY_COLOR, ls="--", lw=1.1)
     ax.grid(axis="y", visible=False)
+
+
+def bar_note(row: pd.Series, total: float, memory: bool) -> str:
+    """'39.5' over 'backward' (a memory peak: its total and the phase its categories are from,
+    which decides whether gradients or activations show), '214.6 OOM', a third line 'over
+    capacity' for an executed peak the device could not hold."""
+    phase = str(row.get("peak_memory_phase") or "") if memory else ""
+    word = next((p for p in PHASES if p in phase), phase)
+    oom = " OOM" if row["status"] == "oom" else ""
+    over = "over capacity" if memory and not oom and row["over_capacity"] else ""
+    return "\n".join(w for w in (f"{total:,.1f}{oom}", word, over) if w)
+
+
+def note_at(end: float, width: float, capacity: float | None, xmax: float | None) -> tuple[float, str]:
+    """(x, alignment) of a bar's note of ``width`` (data units): right of the bar's ``end`` where it
+    fits before the capacity line (or, past it, the axis' edge); else inside the bar, right-aligned
+    at its end, or left of the capacity line where the bar ends too little past it; a bar too
+    short to hold it writes it past the line. Never across the line, never past the edge."""
+    gap = 0.012 * (xmax or end)
+    limit = capacity if capacity is not None and end < capacity else xmax
+    if limit is None or end + gap + width <= limit - 2 * gap:
+        return end + gap / 2, "left"
+    inside = end
+    if capacity is not None and end > capacity and end - width < capacity + gap:
+        inside = capacity - gap  # the part of the bar before the line
+    if inside - width >= 0:
+        return inside - gap / 2, "right"
+    return (capacity + gap if capacity is not None and end < capacity else end), "left"
 
 
 def comm_by_op(df: pd.DataFrame, ctx: Context) -> Figure | None:

@@ -225,7 +225,7 @@ def panels_figure(panels: list[Panel], noun: str, suptitle: str) -> Figure:
     notes += [f"outlined: shorter than {least:.2g} ms, drawn {least:.2g} ms wide"] if widened else []
     notes += ["shaded: zoomed below"] if zooms else []
     over[-1].set_xlabel(f"ms from the layer's start ({'; '.join(notes)})")
-    handles = legend_handles(panels)
+    handles = legend_handles(panels, least)
     if widened:
         label = f"shorter, drawn {least:.2g} ms"
         handles.append(Patch(facecolor="white", edgecolor=st.CAPACITY_COLOR, label=label))
@@ -309,9 +309,13 @@ def kind_colors(kinds: list[str]) -> dict[str, str]:
     return {**KIND_COLORS, **dict(zip(ops, op_colors(ops), strict=True))}
 
 
-def legend_handles(panels: list[Panel]) -> list[Patch]:
-    """The kinds drawn in any panel: compute kinds first, then collectives in the comm order."""
-    drawn = {b.kind for p in panels for b in p.bars}
+def legend_handles(panels: list[Panel], least: float = 0.0) -> list[Patch]:
+    """The kinds that show in any panel (a bar at least a quarter of ``least`` ms, about a pixel,
+    or one drawn ``least`` wide): compute kinds first, then collectives in the comm order. The
+    host's time per op on a busy GPU-sized step is a few thousandths of a pixel: not listed (#46)."""
+    drawn = {
+        b.kind for p in panels for b in p.bars if b.seconds * 1e3 >= least / 4 or b in least_widened(p, least)
+    }
     ops = [o for o in st.OP_COLORS if o in drawn] + sorted(drawn - set(st.OP_COLORS) - set(KIND_COLORS))
     colors = kind_colors(sorted(drawn))
     return [Patch(color=colors[k], label=k) for k in [*(k for k in KIND_COLORS if k in drawn), *ops]]
