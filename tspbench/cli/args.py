@@ -218,10 +218,25 @@ def layout_and_workload(
         getattr(args, "kv_exchange", "allgather"),
         getattr(args, "mlp_exchange", "ring"),
     )
+    within_model("--seq-len", workload.seq_len, config)  # decode adds its tokens: Workload checks
     check_layout(layout, workload)
     if starts_ranks and device == "cpu" and not getattr(args, "fake", False):
         cpu_ranks(f"{layout.strategy} at world size {layout.world_size}", layout.world_size)
+        host_memory(args, layout, workload)
     return layout, workload
+
+
+def host_memory(args: argparse.Namespace, layout: Layout, workload: Workload) -> None:
+    """A CPU world's tensors are real: a point this host cannot hold (the memory model against
+    its available memory, tspbench.analytic.host_memory) is one line naming the flag, before any
+    rank starts."""
+    from tspbench.analytic.host_memory import memory_problem
+
+    problem = memory_problem(layout, workload)
+    if problem:
+        key, why = problem
+        flag, value = ("--batch", args.batch) if key == "batch" else ("--seq-len", args.seq_len)
+        raise UsageError(f"{flag} {value:,}: {layout.describe()}, {workload.model.name}: {why}")
 
 
 def add_common_run_args(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from tspbench.analytic import host_memory
 from tspbench.analytic.profile_choice import HardwareChoice, choose_profile
 from tspbench.core.bounds import max_cpu_ranks
 from tspbench.core.errors import LayoutError, UsageError
@@ -102,6 +103,7 @@ def _check_local_devices(exp: Experiment, points: list[Point]) -> None:
             f"{exp.path}: {', '.join(widest.origin) or 'a point'}: {widest.world_size} CPU ranks are as many "
             f"processes; this host ({os.cpu_count()} cores) starts at most {max_cpu_ranks()}"
         )
+    _check_host_memory(exp, cpu)
     cuda = [p for p in points if p.config["workload"]["device"] == "cuda"]
     if not cuda:
         return
@@ -111,6 +113,20 @@ def _check_local_devices(exp: Experiment, points: list[Point]) -> None:
             f"{exp.path}: device cuda needs {need} GPUs on this machine for the local executor, "
             f"{have} visible; use --executor slurm or predict, or --set settings.device=cpu"
         )
+
+
+def _check_host_memory(exp: Experiment, cpu: list[Point]) -> None:
+    """A CPU point's tensors are real: one this host cannot hold is refused before the sweep
+    starts, by the bound ``bench`` applies (tspbench.analytic.host_memory), naming the key."""
+    have = host_memory.available_bytes()
+    for point in cpu:
+        problem = host_memory.memory_problem(point.layout, point.workload, have)
+        if problem:
+            key, why = problem
+            swept = [o for o in point.origin if f".{key}[" in o]
+            where = swept[0] if swept else f"settings.{key}"
+            value = point.config["workload"][key]
+            raise UsageError(f"{exp.path}: {where}: {key} {value:,}: {point.layout.describe()}: {why}")
 
 
 def _check_fake_devices(exp: Experiment, points: list[Point]) -> None:
