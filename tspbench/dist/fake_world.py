@@ -15,7 +15,10 @@ works: rank 7 of 1,024 runs alone. The results come back in the order of ``ranks
 
 Failures are results: the first rank that raises (or a worker that dies) becomes a RankError
 naming the rank, its exception and traceback; a rank that takes longer than ``timeout``
-(counted from the previous rank's result) raises LaunchTimeout. A worker left mid-job is
+(counted from the previous rank's result) raises LaunchTimeout. A worker says it is ready once
+it has imported torch; one that has not within ``start_timeout`` (a hung import, an LD_PRELOAD
+that blocks) raises WorkerStartTimeout with what it printed, and one that exits first a
+RankError naming its exit code and its output. A worker left mid-job is
 killed and replaced, and ``close`` (or leaving the ``with`` block) ends every worker, so no
 process is left behind. A 7B rank takes about a minute: ``progress`` (a
 tspbench.core.progress.Progress, silent by default) hears each rank as it finishes.
@@ -42,6 +45,7 @@ from tspbench.core.progress import Progress
 from tspbench.dist.launch import LaunchTimeout, RankError
 
 WORKER = "from tspbench.dist.fake_world import worker_main; worker_main()"
+START_TIMEOUT_S = 300.0  # importing torch: ~13 s cold on a loaded 2-core host, far less warm
 
 
 def worker_main() -> None:
@@ -51,6 +55,7 @@ def worker_main() -> None:
     path, jobs_fd, out_fd = pickle.load(sys.stdin.buffer)
     sys.path[:0] = [p for p in path if p not in sys.path]  # as multiprocessing's spawn does
     jobs, out = Connection(jobs_fd, writable=False), Connection(out_fd, readable=False)
+    out.send_bytes(pickle.dumps(("ready", None, None)))  # torch imported: the parent stops its start clock
     while True:
         try:
             ranks, world_size, fn, args, kwargs = pickle.loads(jobs.recv_bytes())
@@ -105,16 +110,28 @@ class Worker:
         self.proc.stdin.write(pickle.dumps((sys.path, job_read, out_write)))
         self.proc.stdin.close()
         self.todo: list[int] = []
+        self.started = False
 
     def submit(self, ranks: list[int], job: tuple) -> None:
         self.todo = list(ranks)
         self.jobs.send_bytes(pickle.dumps((ranks, *job)))
 
-    def died(self) -> RankError:
-        self.proc.wait(timeout=5)
+    def output(self) -> str:
+        """The end of what the worker printed (its stdout and stderr)."""
         self.log.seek(0)
-        tail = self.log.read()[-3000:].decode(errors="replace")
-        return RankError(self.todo[0], "ProcessDied", f"exited with code {self.proc.returncode}", tail)
+        return self.log.read()[-3000:].decode(errors="replace")
+
+    def died(self) -> RankError:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # closed its pipe but lives on: as dead
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        when = "" if self.started else " before it started"
+        tail = self.output()
+        last = f": {tail.strip().splitlines()[-1]}" if tail.strip() else ""
+        message = f"exited with code {self.proc.returncode}{when}{last}"
+        return RankError(self.todo[0], "ProcessDied", message, tail)
 
     def close(self) -> None:
         self.jobs.close()  # the worker exits at the end of its job pipe
@@ -132,9 +149,13 @@ class FakeWorld:
     finish a job (timed out, died) is replaced by a fresh one for the next call."""
 
     def __init__(
-        self, workers: int = 1, env: dict[str, str] | None = None, progress: Progress | None = None
+        self,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        progress: Progress | None = None,
+        start_timeout: float = START_TIMEOUT_S,
     ) -> None:
-        self.size, self.env = max(1, workers), dict(env or {})
+        self.size, self.env, self.start_timeout = max(1, workers), dict(env or {}), start_timeout
         self.pool: list[Worker] = []
         self.progress = progress or Progress()
 
@@ -163,10 +184,13 @@ class FakeWorld:
             self.pool.append(Worker(self.env))
         busy = self.pool[: len(shares)]
         for worker, share in zip(busy, shares, strict=True):
-            worker.submit(share, (world_size, fn, args, kwargs))
-        self.progress.start(len(ranks), f"fake world of {world_size:,} ranks")
-        self.progress.update(len(busy), _running(busy))
+            worker.todo = list(share)
         try:
+            _await_start(busy, self.start_timeout)
+            for worker, share in zip(busy, shares, strict=True):
+                worker.submit(share, (world_size, fn, args, kwargs))
+            self.progress.start(len(ranks), f"fake world of {world_size:,} ranks")
+            self.progress.update(len(busy), _running(busy))
             results = _collect(busy, timeout, self.progress)
         finally:  # a worker with ranks left is mid-job (or dead): replace it
             for worker in [w for w in busy if w.todo and w in self.pool]:
@@ -194,6 +218,41 @@ def _running(busy: list[Worker]) -> str:
     """'ranks 0, 1 running': the rank each worker is executing now."""
     now = [w.todo[0] for w in busy if w.todo]
     return f"rank{'s' if len(now) > 1 else ''} {', '.join(map(str, now))} running" if now else ""
+
+
+class WorkerStartTimeout(LaunchTimeout):
+    """A worker process said nothing within its start-up time: its ranks never ran."""
+
+    def __init__(self, timeout: float, pending: list[int], output: str) -> None:
+        self.pending, self.timeout, self.output = pending, timeout, output
+        last = output.strip().splitlines()[-1] if output.strip() else "nothing"
+        TimeoutError.__init__(
+            self,
+            f"the fake world's worker process did not start within {timeout:.0f} s (it imports torch "
+            f"first), so ranks {pending} never ran; it was killed; it printed: {last[:300]}",
+        )
+
+    def __reduce__(self):
+        return (WorkerStartTimeout, (self.timeout, self.pending, self.output))
+
+
+def _await_start(workers: list[Worker], timeout: float) -> None:
+    """Each new worker's first message, its ready, within ``timeout``: a worker that hangs in its
+    start-up raises WorkerStartTimeout, one that exits a RankError (its code and output)."""
+    waiting = [w for w in workers if not w.started]
+    deadline = time.monotonic() + timeout
+    while waiting:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerStartTimeout(timeout, sorted(r for w in waiting for r in w.todo), waiting[0].output())
+        ready = wait([w.results for w in waiting], timeout=min(remaining, 1.0))
+        for worker in [w for w in waiting if w.results in ready]:
+            try:
+                worker.results.recv_bytes()
+            except EOFError:
+                raise worker.died() from None
+            worker.started = True
+            waiting.remove(worker)
 
 
 def _collect(busy: list[Worker], timeout: float, progress: Progress) -> dict[int, Any]:
