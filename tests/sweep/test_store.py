@@ -355,3 +355,68 @@ def test_damage_notices_go_to_stderr_and_degrees_stay_whole_numbers(tmp_path: Pa
     out, err = capsys.readouterr()
     assert f"{bad}: not valid JSON" in err and "moved to corrupt-" in err, err
     assert "moved to corrupt-" not in out, out
+
+
+# ----------------------------------------------------------------------------- one kind of record a folder
+
+
+def _one_error_line(argv: list[str], capsys) -> str:
+    from cli_exit import exit_code
+
+    capsys.readouterr()
+    assert exit_code(argv) == 2
+    out, err = capsys.readouterr()
+    assert not out and len(err.strip().splitlines()) == 1, (out, err)
+    return err.strip()
+
+
+def test_run_refuses_to_mix_measured_and_projected_or_fake_records(tmp_path: Path, capsys) -> None:
+    """A measured sweep into a folder of projected records, and a projected or fake-world one into
+    a folder of measured records, is refused before anything runs: one line naming the folder,
+    what it holds and how to keep them apart. The same kind adds to the folder as before."""
+    from tspbench.cli.main import main
+
+    path = tmp_path / "store.yaml"
+    path.write_text(yaml.safe_dump({**EXPERIMENT, "hardware": "cpu"}))
+    results = tmp_path / "results"
+    assert main(["run", str(path), "--executor", "predict", "--results", str(results)]) == 0
+    root = results / "store"
+    before = sorted(p.name for p in root.iterdir())
+    err = _one_error_line(["run", str(path), "--executor", "local", "--results", str(results)], capsys)
+    assert f"{root} holds 4 projected records; a measured sweep would mix with them" in err, err
+    assert "--results" in err and "--set name=" in err
+    assert sorted(p.name for p in root.iterdir()) == before  # nothing launched, nothing written
+    assert set(load(root)["status"]) == {"completed"}
+    assert main(["run", str(path), "--executor", "predict", "--results", str(results)]) == 0  # same kind
+
+    measured = tmp_path / "measured"  # a measured store: the counting fake's, method "measure"
+    points = expand(load_experiment(path))[0]
+    sweep(points, Store(measured / "store"), Fake())
+    tp_only = tmp_path / "tp_only.yaml"  # the fake world runs no DDP step: the same study, TP alone
+    tp_sweep = {"zip": [{"layout": [{"strategy": "tp", "tp": 2}]}]}
+    tp_only.write_text(yaml.safe_dump({**EXPERIMENT, "sweep": tp_sweep}))
+    for study, executor, kind in ((path, "predict", "projected"), (tp_only, "fake", "fake-world")):
+        err = _one_error_line(["run", str(study), "--executor", executor, "--results", str(measured)], capsys)
+        assert f"{measured / 'store'} holds 4 measured records; a {kind} sweep would mix" in err, err
+
+
+def test_a_committed_paper_study_run_without_results_is_refused(monkeypatch, capsys) -> None:
+    """experiments/paper_memory.yaml on its own cluster profile, --results left out: the records
+    would go into the repository's results/paper_memory, projected ones: refused, as a dry run
+    says too."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    held = sum(
+        json.loads(p.read_text())["config"]["method"] == "predict"
+        for p in (root / "results" / "paper_memory").glob("*/point.json")
+    )
+    assert held
+    err = _one_error_line(["run", "experiments/paper_memory.yaml"], capsys)
+    assert err.endswith(
+        f"results/paper_memory holds {held} projected records; a measured sweep would mix with them: "
+        "give --results ANOTHER_ROOT or --set name=ANOTHER_NAME"
+    ), err
+    from tspbench.cli.main import main
+
+    assert main(["run", "experiments/paper_memory.yaml", "--dry-run"]) == 0
+    assert "run would refuse: results/paper_memory holds" in capsys.readouterr().out

@@ -27,7 +27,7 @@ from tspbench.sweep.points import Point
 from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
 from tspbench.sweep.slurm import submissions
 from tspbench.sweep.status import headline, status_table
-from tspbench.sweep.store import Store, results_folder, write_tables
+from tspbench.sweep.store import Store, mixing_problem, results_folder, write_tables
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -51,9 +51,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = output_path(Path(args.results), "--results", folder=True, writable=not args.dry_run)
     sweep = prepare_sweep(args.experiment, args.set or [], args.executor, args.cluster)
     store = Store(results / sweep.experiment.name)
+    method = sweep.points[0].config["method"] if sweep.points else None  # measure, fake or predict
+    mixing = mixing_problem(store.root, method) if method else None
     if args.dry_run:
         print_dry_run(sweep, store, args.retry_failed)
+        if mixing:
+            print(f"run would refuse: {mixing}")
         return 0
+    if mixing:  # before anything starts: one study folder holds one kind of record (#46)
+        raise UsageError(mixing)
     progress = progress_for()
     try:
         run_sweep(sweep, store, args.retry_failed, progress)

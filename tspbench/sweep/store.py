@@ -233,6 +233,31 @@ class Store:
 # ----------------------------------------------------------------------------- reading back
 
 
+# What each kind of sweep writes, as a folder's records are called (point.json's config.method)
+KINDS = {"measure": "measured", "fake": "fake-world", "predict": "projected"}
+
+
+def mixing_problem(root: Path, method: str) -> str | None:
+    """Why a sweep of ``method`` must not write into the study folder ``root``: it holds records
+    of another kind (measured beside projected or fake-world ones, which its tables and figures
+    would draw as one study), or None. Unreadable run folders are the sweep's to report."""
+    held: dict[str, int] = {}
+    for path in sorted(root.glob("*/point.json")) if root.is_dir() else []:
+        try:
+            kind = json.loads(path.read_text())["config"].get("method", "measure")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        held[kind] = held.get(kind, 0) + 1
+    other = {k: n for k, n in held.items() if k != method}
+    if not other:
+        return None
+    what = " and ".join(f"{n} {KINDS.get(k, k)}" for k, n in sorted(other.items()))
+    return (
+        f"{root} holds {what} records; a {KINDS[method]} sweep would mix with them: give --results "
+        f"ANOTHER_ROOT or --set name=ANOTHER_NAME"
+    )
+
+
 def _experiment_dirs(path: Path) -> list[Path]:
     """``path`` itself if it holds run folders, else its sub-folders that do."""
 
