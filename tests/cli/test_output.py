@@ -144,6 +144,22 @@ def test_stored_reasons_in_raw_bytes_show_in_gib(tmp_path: Path, capsys: pytest.
     assert " B " not in line
 
 
+def test_report_says_what_it_wrote_and_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One table in two formats is one table; the figures are counted from the folder itself."""
+    study = tmp_path / "oom.yaml"
+    study.write_text(OOM_STUDY)
+    _output(["run", str(study), "--results", str(tmp_path)], capsys)
+    lines = _output(["report", str(tmp_path / "oom_rows")], capsys).splitlines()
+    folder = tmp_path / "oom_rows" / "report"
+    pngs = sorted(p.stem for p in folder.glob("*.png"))
+    assert pngs and sorted(p.stem for p in folder.glob("*.svg")) == pngs
+    head, names = lines[0].split(" .png and .svg: ")
+    assert head == f"{folder}/: the summary table (summary.csv, summary.md); {len(pngs)} figures, each as"
+    assert sorted(names.split(", ")) == pngs
+    assert lines[-1] == f"open {folder / 'report.md'}: every table and figure, with what each shows"
+    assert (folder / "report.md").is_file() and "tables" not in lines[0]
+
+
 # ----------------------------------------------------------------------------- plan
 
 

@@ -133,7 +133,8 @@ def add_dtype_and_hardware(p: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=tuple(DTYPES),
         default="bfloat16",
-        help="dtype of parameters, activations and messages (default bfloat16)",
+        help="dtype of parameters, activations and messages (default bfloat16, what GPUs train in; "
+        "bench defaults to float32, as it measures on CPU unless told otherwise)",
     )
     p.add_argument(
         "--hardware",

@@ -26,11 +26,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     outputs = report(Path(args.results_dir), out, hinge_finder(), band_finder())
     for out in outputs.experiments or [outputs]:
-        made = ", ".join(out.figures) or "none"
-        print(f"{out.out_dir}: {len(out.tables)} tables; figures: {made}")
+        print(f"{out.out_dir}/: {written(out.tables, list(out.figures))}")
         if out.skipped:
             print(f"  not drawn: {', '.join(out.skipped)}")
-    print(f"index: {outputs.index}")
+    print(f"open {outputs.index}: every table and figure, with what each shows")
     for problem in outputs.damaged:  # left out, the rest reported: exit 2, the store needs attention
         print(f"skipped (damaged): {problem}", file=sys.stderr)
     return 2 if outputs.damaged else 0
+
+
+def written(tables: list[Path], figures: list[str]) -> str:
+    """What a report wrote in its folder: 'the summary table (summary.csv, summary.md); 6 figures,
+    each as .png and .svg: memory_vs_seq, ...' (one table in two formats is not '2 tables')."""
+    table = f"the summary table ({', '.join(p.name for p in tables)})" if tables else "no table"
+    if not figures:
+        return f"{table}; no figure"
+    noun = "figure" if len(figures) == 1 else "figures"
+    return f"{table}; {len(figures)} {noun}, each as .png and .svg: {', '.join(figures)}"
