@@ -272,6 +272,22 @@ def test_every_flag_has_help(command: str) -> None:
     assert not bare, f"tspbench {command}: no help for {bare}"
 
 
+DEFAULTS = [
+    ("bench", "tiny", "float32", "predict prices GPUs"),
+    ("predict", "7b", "bfloat16", "bench defaults"),
+]
+
+
+@pytest.mark.parametrize("command, model, dtype, why", DEFAULTS)
+def test_bench_and_predict_help_say_their_defaults(command: str, model: str, dtype: str, why: str) -> None:
+    """The defaults the parsers hold, said in --help; the dtypes differ, and each help says why."""
+    parser = _subparsers()[command]
+    assert parser.get_default("model") == model and parser.get_default("dtype") == dtype
+    text = " ".join(parser.format_help().split())
+    assert f"model preset (default {model})" in text
+    assert f"(default {dtype}" in text and why in text
+
+
 def test_plan_help_names_what_each_asked_about_flag_means() -> None:
     text = _subparsers()["plan"].format_help()
     for flag in ("--gpus", "--seq-len", "--batch", "--mode", "--recompute"):

@@ -146,7 +146,8 @@ def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> 
     p.add_argument("--strategy", required=True, help=f"one of: {', '.join(available())}")
     for axis in AXES:
         p.add_argument(f"--{axis}", type=positive_int, default=1, help=f"{axis} degree (default 1)")
-    p.add_argument("--model", default=model_default, choices=sorted(PRESETS), help="model preset")
+    preset = f"model preset (default {model_default})"
+    p.add_argument("--model", default=model_default, choices=sorted(PRESETS), help=preset)
     p.add_argument("--vocab-size", type=vocab_size, help="override the preset's vocabulary size")
     p.add_argument("--seq-len", type=positive_int, default=512, help="tokens per sequence (default 512)")
     p.add_argument("--batch", type=positive_int, default=1, help="micro-batch per model replica")
