@@ -29,6 +29,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"{out.out_dir}/: {written(out.tables, list(out.figures))}")
         if out.skipped:
             print(f"  not drawn: {', '.join(out.skipped)}")
+        for note in out.notes:  # a measured study's times against its profile (#46)
+            print(f"  warning: {note}")
     print(f"open {outputs.index}: every table and figure, with what each shows")
     for problem in outputs.damaged:  # left out, the rest reported: exit 2, the store needs attention
         print(f"skipped (damaged): {problem}", file=sys.stderr)

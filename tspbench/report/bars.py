@@ -7,6 +7,7 @@ in the title. Bars are horizontal: layout names stay readable however many there
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ from tspbench.report.figures import (
     varying,
 )
 from tspbench.report.frame import Context
+from tspbench.report.host import host_notes
 
 MAX_BAR_PANELS = 5
 REST_COLOR = "#c8c8c8"  # the part of a peak the record does not break down into categories
@@ -49,8 +51,15 @@ def memory_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
 
 
 def time_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
-    """Predicted vs measured step time (the median), y = x and the ±25% band."""
-    return parity(df, ctx, "measured_time", "pred_time", "step time", 0.25, bytes_=False)
+    """Predicted vs measured step time (the median), y = x and the ±25% band; under the title, why
+    the times may miss the profile where the records show it (tspbench.report.host, #46)."""
+    fig = parity(df, ctx, "measured_time", "pred_time", "step time", 0.25, bytes_=False)
+    notes = host_notes(df)
+    if fig is not None and notes:
+        warning = textwrap.fill(f"warning: {notes[0]}", 110)
+        price = "price on this host: tspbench calibrate --out this-host.yaml"
+        fig.suptitle(f"{fig.get_suptitle()}\n{warning}\n{price}")
+    return fig
 
 
 def parity(

@@ -31,6 +31,7 @@ from tspbench.report.band import BandFinder, with_bands
 from tspbench.report.best import best_rows, best_view, markdown_lines, metric_of, swept
 from tspbench.report.frame import Context, context, prepare
 from tspbench.report.gpu_runs import write_gpu_runs
+from tspbench.report.host import host_notes
 from tspbench.report.ledger import HingeFinder, write_ledger
 from tspbench.report.outdir import claim, record_written, remove_stale
 from tspbench.report.provenance import provenance_lines, run_command, shown
@@ -51,6 +52,7 @@ class ReportOutputs:
     skipped: dict[str, str] = field(default_factory=dict)  # name -> why the records do not support it
     damaged: list[str] = field(default_factory=list)  # "PATH: problem" per stored file left out
     experiments: list[ReportOutputs] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why measured times may miss the profile (#46)
 
 
 # ----------------------------------------------------------------------------- records -> columns
@@ -171,7 +173,7 @@ def report_experiment(
     claim(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = prepare(with_run_dirs(frame, runs))
-    outputs = ReportOutputs(out_dir, out_dir / "report.md")
+    outputs = ReportOutputs(out_dir, out_dir / "report.md", notes=host_notes(df))
     table = summary_table(df)
     write_atomic(out_dir / "summary.csv", table.to_csv(index=False))
     write_atomic(out_dir / "summary.md", markdown(table))
@@ -236,6 +238,7 @@ def index_text(df: pd.DataFrame, ctx: Context, outputs: ReportOutputs, runs: Pat
         + ("" if runs is not None else " Regenerate with `tspbench report RESULTS_DIR`."),
         "",
         *provenance_lines(df, runs),
+        *([f"**Warning, step times:** {'; '.join(outputs.notes)}.", ""] if outputs.notes else []),
         "## Tables",
         "",
         "- [summary.md](summary.md), [summary.csv](summary.csv): one row per point",
