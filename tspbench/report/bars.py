@@ -56,7 +56,7 @@ def time_parity(df: pd.DataFrame, ctx: Context) -> Figure | None:
     fig = parity(df, ctx, "measured_time", "pred_time", "step time", 0.25, bytes_=False)
     notes = host_notes(df)
     if fig is not None and notes:
-        warning = textwrap.fill(f"warning: {notes[0]}", 110)
+        warning = textwrap.fill(f"warning: {notes[0]}", 72)  # the title wraps its own lines past ~80
         price = "price on this host: tspbench calibrate --out this-host.yaml"
         fig.suptitle(f"{fig.get_suptitle()}\n{warning}\n{price}")
     return fig
