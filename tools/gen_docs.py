@@ -77,6 +77,9 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "overlap": paper_checks.overlap,
     "ledger": lambda results: {"table": ledger_table(results)},  # the paper's claims
     "best": best.best,  # each layout at its best setting (report.best)
+    "scaling_train": best.scaling_train,  # training from 8 to 1,024 GPUs, each layout at its best
+    "walls": best.walls,  # the micro-batch study's walls at 64K and 128K
+    "verdicts": best.hardware_verdicts,  # the 128K verdict on the MI300X and H100 profiles
     "hinges": hinges.hinges,  # where a projected speed verdict flips (tspbench sensitivity)
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tspbench.report.best import best_against_default, best_rows, markdown_lines, winner
+from tspbench.report.best import best_against_default, best_rows, best_view, markdown_lines, winner
 
 
 def record(strategy: str, tput: float | None, status: str = "completed", **settings: object) -> dict:
@@ -75,3 +75,20 @@ def test_markdown_names_source_and_winner() -> None:
     text = "\n".join(markdown_lines(RECORDS, "paper_throughput", "projected for MI300X (analytic model)"))
     assert "projected for MI300X" in text and "| tp_sp tp4 | 16K |" in text and "megatron_sp true" in text
     assert "default only" in text and "1.30x" in text
+
+
+def test_a_memory_figure_draws_each_layouts_lowest_peak_per_recompute_mode() -> None:
+    """paper_memory's panels stay one per recompute mode, each layout at its lowest peak there;
+    a study of the K/V exchanges alone (paper_memory_kv) keeps a line per exchange."""
+    rows = pd.DataFrame([
+        record("tp_sp", 100.0, recompute="none"),  # 10 GiB
+        record("tp_sp", 50.0, recompute="none", megatron_sp=True),  # 5 GiB: the lowest under none
+        record("tp_sp", 40.0, recompute="full"),  # alone in its panel
+        record("tsp", 30.0, recompute="none"),
+    ]).assign(degrees="d", source="predicted")  # fmt: skip
+    view = best_view(rows, "paper_memory")
+    assert view is not None
+    picked = {(r["strategy"], r["recompute"]): r["peak_memory_bytes"] / 2**30 for _, r in view.iterrows()}
+    assert picked == {("tp_sp", "none"): 5.0, ("tp_sp", "full"): 4.0, ("tsp", "none"): 3.0}
+    exchanges = pd.DataFrame([record("sp", 10.0), record("sp", 9.0, kv_exchange="ring")]).assign(degrees="d")
+    assert best_view(exchanges, "paper_memory_kv") is None

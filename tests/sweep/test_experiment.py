@@ -116,7 +116,8 @@ def test_paper_studies_tune_every_layout_not_only_tsp(name: str) -> None:
     and the K/V exchange wherever a sequence axis is swept."""
     points, _ = expand(load_experiment(REPO / "experiments" / f"{name}.yaml"))
     work = [(p.layout, p.config["workload"]) for p in points]
-    assert {w.get("mlp_exchange", "ring") for lay, w in work if lay.strategy == "tsp"} == {"ring", "broadcast"}
+    tsp = [w for lay, w in work if lay.strategy == "tsp"]
+    assert {w.get("mlp_exchange", "ring") for w in tsp} == {"ring", "broadcast"}
     assert {w["overlap"] for lay, w in work if lay.strategy == "tsp"} == {True, False}
     assert {w["megatron_sp"] for lay, w in work if lay.tp > 1} == {True, False}
     assert {w.get("kv_exchange", "allgather") for lay, w in work if lay.sp > 1} >= {"allgather", "ring"}
@@ -321,6 +322,20 @@ def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
         and max(nodes) == 128
         and all(n == -(-w // 8) for w, n in zip(world, nodes, strict=True))
     )
+
+
+def test_dry_run_names_the_largest_job_against_the_clusters_size(capsys, monkeypatch, tmp_path) -> None:
+    """#46: paper_scaling plans 128-node jobs; the dry run says so, and whether the cluster's size
+    is known (the profile's nodes:, or sinfo) or must be set to refuse larger points."""
+    monkeypatch.setattr("tspbench.cli.sweep.partition_nodes", lambda partition: None)  # no sinfo here
+    study = str(REPO / "experiments" / "paper_scaling.yaml")
+    code, out, _ = run_cli(capsys, study)
+    assert code == 0
+    assert "the largest job asks 128 nodes (1,024 GPUs); this cluster's size is unknown here" in out
+    sized = tmp_path / "sized.yaml"
+    sized.write_text((REPO / "slurm" / "mi300x.yaml").read_text().replace("nodes: null", "nodes: 256"))
+    code, out, _ = run_cli(capsys, study, "--cluster", str(sized))
+    assert code == 0 and "the largest job asks 128 nodes (1,024 GPUs); this cluster allows 256 nodes" in out
 
 
 def test_experiment_error_is_a_usage_error() -> None:

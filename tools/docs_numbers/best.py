@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.docs_numbers.stored import completed, named
-from tspbench.report.best import best_rows, winner
+import pandas as pd
+
+from tools.docs_numbers.stored import completed, named, records
+from tspbench.report.best import best_rows, winner, with_settings
 from tspbench.report.formats import Values
 
 
@@ -27,3 +29,80 @@ def best(results: Path) -> Values:
         "ratio": f"{tsp['tokens_per_s_per_gpu'] / top['tokens_per_s_per_gpu']:.2f}",
         "points": f"{len(completed(results, 'paper_throughput')):,}",
     }
+
+
+def change(before: float, after: float) -> str:
+    return f"{after / before - 1:+.0%}".replace("-", "−")
+
+
+def scaling_train(results: Path) -> Values:
+    """The training scaling study (projected for MI300X): each layout at its best setting, its
+    tokens/s/GPU at 8 GPUs and at 1,024, and the share of the 1,024-GPU step the inter-node
+    traffic takes, at 16K (where the gradient all-reduce bends the curves) and 128K (where the
+    step's compute hides it)."""
+    df = completed(results, "paper_scaling_train")
+    rows = named(best_rows(df))
+
+    def at(seq: int, world: int) -> pd.Series:
+        part = rows[(rows["seq_len"] == seq) & (rows["world_size"] == world)]
+        return part.set_index("layout")["tokens_per_s_per_gpu"]
+
+    def bends(seq: int) -> str:
+        first, last = at(seq, 8), at(seq, 1024)
+        order = last.sort_values(ascending=False).index
+        return ", ".join(
+            f"{name} {first[name]:,.0f} → {last[name]:,.0f} ({change(first[name], last[name])})"
+            for name in order if name in first
+        )  # fmt: skip
+
+    big = rows[(rows["world_size"] == 1024)].set_index(["seq_len", "layout"])
+    tsp16, tsp128 = big.loc[(16384, "TSP 8")], big.loc[(131072, "TSP 8")]
+    top128 = big.loc[131072].sort_values("tokens_per_s_per_gpu", ascending=False)
+    return {
+        "points": f"{len(df):,}",
+        "bends_16k": bends(16384),
+        "bends_128k": bends(131072),
+        "tsp_share_16k": f"{tsp16['internode_share']:.0%}",
+        "tsp_share_128k": f"{tsp128['internode_share']:.1%}",
+        "top_128k": str(top128.index[0]),
+        "top_128k_tput": f"{top128['tokens_per_s_per_gpu'].iloc[0]:,.0f}",
+        "tsp_128k": f"{tsp128['tokens_per_s_per_gpu']:,.0f}",
+        "grid_8x8": f"{big.loc[(131072, 'TP+SP 8x8')]['tokens_per_s_per_gpu']:,.0f}",
+        "grid_8x8_share": f"{big.loc[(131072, 'TP+SP 8x8')]['internode_share']:.0%}",
+    }
+
+
+def walls(results: Path) -> Values:
+    """The micro-batch study's walls (projected for MI300X, 16 GPUs, full recomputation): each
+    layout's largest fitting micro-batch at 64K and 128K (at its best setting), and its tokens/s
+    per GPU there."""
+    df = with_settings(records(results, "paper_microbatch"))
+    out: dict[str, str] = {}
+    for seq, key in ((65536, "64k"), (131072, "128k")):
+        part = named(df[df["seq_len"] == seq])
+        fits = part[part["status"] == "completed"]
+        best = named(best_rows(fits)) if len(fits) else fits
+        largest = best.loc[best.groupby("layout")["batch"].idxmax()].sort_values("batch", ascending=False)
+        each = ", ".join(
+            f"{r.layout} {int(r.batch)} ({r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)"
+            for r in largest.itertuples()
+        )
+        top = int(part["batch"].max())
+        everyone = (largest["batch"] == top).all() and len(largest) == part["layout"].nunique()
+        out[key] = f"micro-batch {top}, the study's largest, for every layout ({each})" if everyone else each
+        never = sorted(set(part["layout"]) - set(fits["layout"]))
+        out[f"{key}_none"] = ", ".join(never) or "none"
+    return out
+
+
+def hardware_verdicts(results: Path) -> Values:
+    """The 128K verdict on 8 GPUs at best against best, on the MI300X and the H100 profiles."""
+    out: dict[str, str] = {}
+    for study, key in (("paper_throughput", "mi300x"), ("paper_throughput_h100", "h100")):
+        df = completed(results, study, seq_len=131072, world_size=8)
+        rows = named(best_rows(df)).set_index("layout")["tokens_per_s_per_gpu"].sort_values(ascending=False)
+        out[f"{key}_tsp"] = f"{rows['TSP 8']:,.0f}"
+        out[f"{key}_top"] = f"{rows.index[0]} {rows.iloc[0]:,.0f}"
+        out[f"{key}_ratio"] = f"{rows['TSP 8'] / rows.iloc[0]:.2f}"
+        out[f"{key}_rank"] = f"{list(rows.index).index('TSP 8') + 1} of {len(rows)}"
+    return out

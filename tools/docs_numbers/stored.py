@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from tspbench.report.best import is_default, with_settings
+from tspbench.report.best import SWITCH_DEFAULTS, is_default, with_settings
 from tspbench.report.legend import LAYOUTS
 from tspbench.sweep.store import load
 
@@ -70,6 +70,16 @@ def at_defaults(results: Path, experiment: str, **where: object) -> pd.DataFrame
     "the layout" in a study that also sweeps settings (paper_throughput)."""
     df = with_settings(completed(results, experiment, **where))
     return df[is_default(df)] if len(df) else df
+
+
+def at_default_switches(results: Path, experiment: str, **where: object) -> pd.DataFrame:
+    """``completed``'s points whose layout switches are at their defaults, whatever their
+    recomputation (paper_microbatch recomputes fully throughout, as the paper's)."""
+    df = with_settings(completed(results, experiment, **where))
+    keep = pd.Series(True, index=df.index)
+    for name, default in SWITCH_DEFAULTS.items():
+        keep &= df[name] == default
+    return df[keep]
 
 
 def span(values: list[float], spec: str) -> str:

@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from tools.docs_numbers.stored import Part, at_defaults, completed, layout_name, named, records, stored_json
+from tools.docs_numbers.stored import (
+    Part,
+    at_default_switches,
+    at_defaults,
+    completed,
+    layout_name,
+    named,
+    records,
+    stored_json,
+)
 from tspbench.core.spec import ModelConfig
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
 from tspbench.report import tables
@@ -86,10 +95,10 @@ def projected(results: Path) -> Values:
     """Projected throughput at 128K: one node training, 1,024 GPUs forward (the analytic model)."""
     df = named(at_defaults(results, "paper_throughput", seq_len=131072))
     node = df[df["world_size"] == 8]
-    scale = named(completed(results, "paper_scaling", world_size=1024))
+    scale = named(at_defaults(results, "paper_scaling", world_size=1024))  # the paper's settings
     top = scale[scale["strategy"] == "tsp"].iloc[0]
     ranked = df.sort_values("tokens_per_s_per_gpu", ascending=False)
-    micro = named(completed(results, "paper_microbatch", seq_len=16384))  # the paper's length
+    micro = named(at_default_switches(results, "paper_microbatch", seq_len=16384))  # the paper's points
     lead = micro.loc[micro.groupby("batch")["tokens_per_s_per_gpu"].idxmax()]
     return {
         "tsp": f"{node[node['strategy'] == 'tsp']['tokens_per_s_per_gpu'].iloc[0]:,.0f}",

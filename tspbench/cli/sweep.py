@@ -25,7 +25,7 @@ from tspbench.sweep.damage import RunFiles
 from tspbench.sweep.experiment import EXECUTORS
 from tspbench.sweep.points import Point
 from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
-from tspbench.sweep.slurm import submissions
+from tspbench.sweep.slurm import Submission, partition_nodes, submissions
 from tspbench.sweep.status import headline, status_table
 from tspbench.sweep.store import Store, mixing_problem, results_folder, write_tables
 
@@ -142,6 +142,7 @@ def print_submissions(points: list[Point], profile: Profile) -> None:
         f"slurm ({profile.path}): {_count(len(points), 'point')} to submit in "
         f"{_count(len(jobs), 'sbatch call')}: {', '.join(k for k in kinds if not k.startswith('0 '))}"
     )
+    print(f"  {cluster_size_words(jobs, profile)}")
     for i, job in enumerate(jobs, 1):
         size = f"job array of {len(job.points)} points" if len(job.points) > 1 else "single job"
         shape = f"{_count(job.nodes, 'node')} x {_count(job.tasks_per_node, 'task')}"
@@ -154,6 +155,20 @@ def print_submissions(points: list[Point], profile: Profile) -> None:
             continue
         ids = textwrap.wrap(" ".join(p.run_id for p in job.points), 96)
         print("\n".join(f"    {'points: ' if n == 0 else '        '}{line}" for n, line in enumerate(ids)))
+
+
+def cluster_size_words(jobs: list[Submission], profile: Profile) -> str:
+    """The largest job's size against the cluster's, where either the profile's ``nodes`` or
+    sinfo knows it: a study of 1,024 GPUs plans 128-node jobs whatever the cluster holds."""
+    largest = max(job.nodes for job in jobs)
+    ask = f"the largest job asks {_count(largest, 'node')} ({largest * profile.gpus_per_node:,} GPUs)"
+    known = [n for n in (profile.nodes, partition_nodes(profile.partition)) if n is not None]
+    if known:
+        return f"{ask}; this cluster allows {_count(min(known), 'node')}"
+    return (
+        f"{ask}; this cluster's size is unknown here (the profile's nodes: is unset and sinfo does "
+        f"not answer): set nodes: in {profile.path} to refuse larger points before submitting"
+    )
 
 
 def _count(n: int, noun: str) -> str:

@@ -108,12 +108,13 @@ def text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool | np.bool_) else str(value)
 
 
-def best_rows(df: pd.DataFrame, metric: str = "speed") -> pd.DataFrame:
+def best_rows(df: pd.DataFrame, metric: str = "speed", per: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per group: its best feasible record, or, where none is feasible, its default (so an
-    OOM still shows as one): what a figure comparing best against best draws."""
+    OOM still shows as one): what a figure comparing best against best draws. ``per``: settings
+    kept apart (a memory figure's panels, one per recompute mode)."""
     df = with_settings(df)
     keep = []
-    for _, group in df.groupby(coordinates(df), sort=False, dropna=False):
+    for _, group in df.groupby([*coordinates(df), *per], sort=False, dropna=False):
         pick = best_index(group, metric)
         if pick is None:
             defaults = group[is_default(group)]
@@ -207,23 +208,44 @@ def value_text(value: float | None, speed: bool) -> str:
     return f"{value:,.1f}" if speed else f"{value / 2**30:,.2f}"
 
 
-def swept(df: pd.DataFrame) -> bool:
-    """Whether some layout was run at more than one setting (else best and default are one point)."""
+def swept(df: pd.DataFrame, per: tuple[str, ...] = ()) -> bool:
+    """Whether some layout was run at more than one setting (else best and default are one point);
+    ``per``: settings that do not count (they are kept apart)."""
     df = with_settings(df)
-    return bool(df.groupby(coordinates(df), dropna=False).size().gt(1).any())
+    return bool(df.groupby([*coordinates(df), *per], dropna=False).size().gt(1).any())
+
+
+def exchanges_only(df: pd.DataFrame) -> bool:
+    """Whether the K/V exchange is the only switch swept (paper_memory_kv): a study of the
+    exchanges, whose figures draw each one."""
+    df = with_settings(df)
+    varied = [k for k in SWITCH_DEFAULTS if df[k].astype(str).nunique() > 1]
+    return varied == ["kv_exchange"]
 
 
 def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
-    """The rows a speed study's figures draw to compare best against best: one line per layout
-    (labelled without its settings, which vary along it), or None where nothing was swept or the
-    study asks about memory (its figures show each setting: paper_memory's recompute panels,
-    paper_memory_kv's exchanges), or a study of its own that compares settings side by side
-    (sp_kv_exchange_cpu's exchanges, tsp_vs_fsdp_sp's recomputation): only the paper's studies
-    compare layouts best against best."""
-    if not name.startswith("paper_") or metric_of(name) != "speed" or not swept(df):
+    """The rows a paper study's figures draw to compare best against best: one line per layout
+    (labelled without its settings, which vary along it); for a memory study its lowest peak,
+    a panel per recompute mode still. None where nothing was swept, in a study of the K/V
+    exchanges (paper_memory_kv: its figures draw each one), or in a study of its own that
+    compares settings side by side (sp_kv_exchange_cpu's exchanges, tsp_vs_fsdp_sp's
+    recomputation): only the paper's studies compare layouts best against best."""
+    if not name.startswith("paper_"):
+        return None
+    if metric_of(name) == "memory":
+        if exchanges_only(df) or not swept(df, per=("recompute",)):
+            return None
+        return as_layouts(best_rows(df, "memory", per=("recompute",)))
+    if not swept(df):
         return None
     # a layout's best recomputes as its best point does, which varies along its line: the view
     # names no recompute mode, so no figure splits a layout's line into panels by it
-    best = best_rows(df, "speed").assign(recompute="")
+    return as_layouts(best_rows(df, "speed").assign(recompute=""))
+
+
+def as_layouts(best: pd.DataFrame) -> pd.DataFrame:
+    """``best`` with each row's series named for its layout alone."""
+    if "degrees" not in best:
+        return best
     labels = [series_label(s, d) for s, d in zip(best["strategy"], best["degrees"], strict=True)]
-    return best.assign(series=labels) if "degrees" in best else best
+    return best.assign(series=labels)
