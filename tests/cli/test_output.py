@@ -366,9 +366,10 @@ def test_version_names_the_commit(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_projected_sweep_shows_recompute_and_records_the_commit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """experiments/paper_memory.yaml varies recompute: each of its modes is a row of its own, in
-    the progress lines, the run's summary and status; each projected record names the commit."""
-    experiment = ROOT / "experiments" / "paper_memory.yaml"
+    """experiments/paper_memory_fake.yaml (paper_memory's points at the layouts' defaults) varies
+    recompute: each of its modes is a row of its own, in the progress lines, the run's summary and
+    status; each projected record names the commit."""
+    experiment = ROOT / "experiments" / "paper_memory_fake.yaml"
     modes = yaml.safe_load(experiment.read_text())["sweep"]["grid"]["recompute"]
     tspbench.version.cache_clear()
     argv = ["run", str(experiment), "--executor", "predict", "--results", str(tmp_path)]
@@ -377,7 +378,7 @@ def test_a_projected_sweep_shows_recompute_and_records_the_commit(
     tp8 = [line for line in progress.splitlines() if " tp tp8 seq 16384 " in line and line.startswith("[")]
     assert sorted(re.search(r"recompute (\w+)", line).group(1) for line in tp8) == sorted(modes), tp8
 
-    with open(tmp_path / "paper_memory" / "records.csv") as f:
+    with open(tmp_path / "paper_memory_fake" / "records.csv") as f:
         records = list(csv.DictReader(f))
     assert len(records) == 6 * len(modes)
     head, short = _git("rev-parse", "HEAD"), _git("rev-parse", "--short", "HEAD")
@@ -385,7 +386,7 @@ def test_a_projected_sweep_shows_recompute_and_records_the_commit(
         assert r["source"] == "predicted" and r["env_git_sha"] == head, r["env_git_sha"]
         assert r["env_tspbench_version"].endswith(f"+g{short}")
 
-    table = _output(["status", str(tmp_path / "paper_memory")], capsys).splitlines()
+    table = _output(["status", str(tmp_path / "paper_memory_fake")], capsys).splitlines()
     header = table[0].split()
     assert "recompute" in header and "peak" in header
     for line in table[1 : 1 + len(records)]:
