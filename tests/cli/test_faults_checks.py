@@ -4,6 +4,8 @@ sequence the check's model does not serve: each one line, exit 2, before any wor
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -50,6 +52,18 @@ def test_reprice_names_a_truncated_record_as_status_does(tmp_path: Path, capsys)
         (["check", "tsp-prefetch", "FILE"], "not a folder (it holds before/ and after/)"),
         (["check", "gpu-points", "FILE"], "not a folder of GPU runs"),
         (["check", "overlap", "--worlds", "1"], "--worlds: must be >= 2, got 1"),
+        (["check", "overlap", "--worlds", "2", "3"], "--worlds 3: each world must be a power of two"),
+        (["check", "reprice", "EMPTY"], "not an experiment folder (no <run>/point.json under it)"),
+        (["check", "gpu-points", "EMPTY"], "holds no GPU runs"),
+        (
+            ["check", "timeline-ops", "--calibrate", "EMPTY"],
+            "--calibrate EMPTY: is a folder, expected a file",
+        ),
+        (
+            ["check", "timeline-ops", "--calibrate", "PIPE"],
+            "--calibrate PIPE: is a FIFO, expected a regular file",
+        ),
+        (["check", "overlap", "--out", "PIPE"], "--out PIPE: is a FIFO, expected a regular file"),
         (["check", "timeline-ops", "--seq-len", "100000000"], "--seq-len: must be at most 16,384 tokens"),
         (["check", "torch-estimator", "--seq-len", "100000000"], "--seq-len: must be at most 139,264 tokens"),
         (["check", "backtest", "--write"], "--write is for --fit"),
@@ -60,9 +74,13 @@ def test_reprice_names_a_truncated_record_as_status_does(tmp_path: Path, capsys)
     ],
 )
 def test_nonsense_to_a_check_is_one_line(argv: list[str], says: str, tmp_path: Path, capsys) -> None:
-    file = tmp_path / "a-file"
+    file, empty, fifo = tmp_path / "a-file", tmp_path / "empty", tmp_path / "fifo.yaml"
     file.write_text("not a folder")
-    one_line([str(file) if a == "FILE" else a for a in argv], says, capsys)
+    empty.mkdir()
+    os.mkfifo(fifo)  # a write into it would wait for a reader
+    names = {"FILE": str(file), "EMPTY": str(empty), "PIPE": str(fifo)}
+    one_line([names.get(a, a) for a in argv], re.sub("FILE|EMPTY|PIPE", lambda m: names[m[0]], says), capsys)
+    assert list(empty.iterdir()) == []  # nothing written into it
 
 
 def test_backtest_fit_write_to_a_read_only_place_is_one_line(monkeypatch, capsys) -> None:

@@ -33,16 +33,25 @@ def study_with(tmp_path: Path, key: str, value: object, capsys) -> tuple[Path, P
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("step_time_s", "abc"), ("peak_memory_bytes", float("inf")), ("world_size", "two")]
+    ("key", "value", "expected"),
+    [
+        ("step_time_s", "abc", "a finite number"),
+        ("peak_memory_bytes", float("inf"), "a finite number"),
+        ("world_size", "two", "a finite number"),
+        ("peak_memory_bytes", -5, "a finite number >= 0"),  # no size or time is negative
+        ("world_size", 0.5, "a whole number"),  # a count of ranks is an integer
+        ("strategy", 7, "text"),  # a name is text (parquet's string column refused the int)
+        ("status", "exploded", "one of pending, running, completed"),
+    ],
 )
 def test_a_record_of_wrong_type_is_named_by_status_report_and_run(
-    key: str, value: object, tmp_path, capsys
+    key: str, value: object, expected: str, tmp_path, capsys
 ) -> None:
     study, record = study_with(tmp_path, key, value, capsys)
     results = tmp_path / "results" / "tiny"
     assert exit_code(["status", str(results)]) in (0, 1, 2)
     out, err = capsys.readouterr()
-    assert "Traceback" not in out + err and f"{record}: {key}: expected a finite number" in out + err
+    assert "Traceback" not in out + err and f"{record}: {key}: expected {expected}" in out + err
     assert exit_code(["report", str(results), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"skipped (damaged): {record}: {key}" in err and "Traceback" not in err, err
@@ -69,3 +78,13 @@ def test_a_damaged_gpu_run_file_is_named_and_the_root_index_written(tmp_path: Pa
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(bench[0]) in err and f"{bench[1]}: " in err, err
     assert (tmp_path / "out" / "report.md").is_file() and (tmp_path / "out" / "gpu_runs.md").is_file()
+
+
+def test_a_record_nested_past_the_parsers_stack_is_damaged_not_a_traceback(tmp_path: Path, capsys) -> None:
+    _, record = study_with(tmp_path, "step_time_s", 1.0, capsys)
+    record.write_text("[" * 100_000 + "]" * 100_000)
+    results = tmp_path / "results" / "tiny"
+    for argv in (["status", str(results)], ["check", "reprice", str(results)]):
+        exit_code(argv)
+        out, err = capsys.readouterr()
+        assert f"{record}: not valid JSON (nested deeper" in out + err and "Traceback" not in out + err

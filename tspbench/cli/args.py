@@ -257,6 +257,10 @@ def output_path(path: Path, flag: str, folder: bool, writable: bool = True) -> P
     want, found = ("folder", "file") if folder else ("file", "folder")
     if path.exists() and path.is_dir() != folder:
         raise UsageError(f"{flag} {path}: is a {found}, expected a {want}")
+    if path.is_fifo() or path.is_socket():  # a write would wait for a reader that never comes (#45)
+        raise UsageError(
+            f"{flag} {path}: is a {'FIFO' if path.is_fifo() else 'socket'}, expected a regular {want}"
+        )
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
     if not existing.is_dir() and existing != path:
         raise UsageError(f"{flag} {path}: {existing} is a file, not a folder")

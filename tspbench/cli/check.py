@@ -18,6 +18,7 @@ from tspbench.analytic.profile_choice import named_profile
 from tspbench.cli import backtest
 from tspbench.cli.args import bounded_int, cpu_ranks, output_path, positive_int
 from tspbench.core.errors import UsageError
+from tspbench.core.files import check_suffix
 from tspbench.core.spec import CPU_MAX_SEQ_LEN, PRESETS
 
 TIMELINE_CHECK = Path("results/timeline_check")
@@ -109,7 +110,10 @@ def cmd_timeline_ops(args: argparse.Namespace) -> int:
     if args.reprice:
         rows = timeline_ops.reprice(out, named_profile(hardware))
     else:
-        if args.calibrate:
+        if args.calibrate:  # where the profile goes, checked before minutes of calibrating (#45)
+            check_suffix(
+                output_path(args.calibrate, "--calibrate", folder=False), "--calibrate", (".yaml", ".yml")
+            )
             timeline_ops.calibrate(args.calibrate, args.seq_len)
             hardware = str(args.calibrate)
         say = functools.partial(print, flush=True)
@@ -132,6 +136,9 @@ def cmd_overlap(args: argparse.Namespace) -> int:
 
     out = None if args.out is None else output_path(args.out, "--out", folder=False)
     cpu_ranks("--worlds", max(args.worlds))
+    uneven = [w for w in args.worlds if w & (w - 1)]
+    if uneven:  # the study's layers (hidden 512, MLP 3 x 2048) split evenly over a power of two
+        raise UsageError(f"--worlds {uneven[0]}: each world must be a power of two (2, 4, 8, ...)")
     result = overlap(tuple(args.worlds), args.rounds, named_profile(args.hardware), out)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -201,10 +208,11 @@ def cmd_gpu_points(args: argparse.Namespace) -> int:
     if not args.root.is_dir():
         raise UsageError(f"{args.root}: not a folder of GPU runs (results/<gpu>)")
     shipped = named_profile(args.hardware)
-    rows = score(args.root, shipped)
+    rows, by_kind = score(args.root, shipped), op_kinds.score(args.root, shipped)
+    if not rows and not by_kind.kinds:  # nothing to score: no empty tables written (#45)
+        raise UsageError(f"{args.root}: holds no GPU runs (results/<gpu>/<run>/bench/*.json, gpu_check/)")
     print(scores_table(rows), end="")
     written = write_scores(rows, args.out or args.root)
-    by_kind = op_kinds.score(args.root, shipped)
     if by_kind.kinds:
         print(op_kinds.table(by_kind.kinds), end="")
         written += op_kinds.write_scores(by_kind, args.out or args.root)

@@ -68,19 +68,36 @@ def attention_kernel_field(ranks: list[dict]) -> str | None:
     return "+".join(sorted({k for r in ranks for k in r.get("attention_kernels", ())})) or None
 
 
+WHOLE_UNITS = ("ranks", "rank", "sequences", "tokens", "steps", "step", "rounds")  # counts: integers
+TEXT_FIELDS = ("strategy", "model", "mode", "recompute", "dtype", "device", "source", "status")
+
+
 def record_problem(record: dict) -> str | None:
     """What is wrong with a stored record's values, or None (#45): every field with a unit
-    (tspbench.core.fields) is a finite number, or a list of them, or None. A record that says
-    ``step_time_s: "abc"`` or ``peak_memory_bytes: Infinity`` would crash whatever sums or plots
-    it; read here, it is a damaged file, named, like a truncated one."""
+    (tspbench.core.fields) is a finite number >= 0 (a whole one where it counts ranks, tokens,
+    sequences or steps), or a list of them, or None; the fields that name things are text. A
+    record that says ``step_time_s: "abc"``, ``world_size: 0.5`` or ``peak_memory_bytes:
+    Infinity`` would crash whatever sums or plots it; read here, it is a damaged file, named,
+    like a truncated one."""
+    for key in TEXT_FIELDS:
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key}: expected text, got {record[key]!r:.80}"
     for key, value in record.items():
         known = field_for(str(key))
         if known is None or not known.unit or value is None or isinstance(value, dict):
             continue
-        items = value if isinstance(value, list) else [value]
-        for item in items:
+        for item in value if isinstance(value, list) else [value]:
             if isinstance(item, dict):  # per-rank detail (peak_memory_by_rank): its own columns
                 continue
-            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
-                return f"{key}: expected a finite number ({known.unit}), got {value!r:.80}"
+            problem = _number_problem(item, known.unit)
+            if problem:
+                return f"{key}: expected {problem} ({known.unit}), got {value!r:.80}"
+    return None
+
+
+def _number_problem(item: object, unit: str) -> str | None:
+    if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) or item < 0:
+        return "a finite number >= 0"
+    if unit in WHOLE_UNITS and not isinstance(item, int):
+        return "a whole number"
     return None

@@ -65,6 +65,8 @@ def _read(path: Path) -> tuple[Any, str | None]:
         return json.loads(text), None
     except ValueError as exc:
         return None, f"not valid JSON ({exc})"
+    except RecursionError:  # [[[[...]]]] a hundred thousand deep: the parser's stack, not a record
+        return None, "not valid JSON (nested deeper than a record is)"
 
 
 def _point_problem(point: Any, folder: str) -> str | None:
@@ -106,6 +108,8 @@ def read_run(run: Path) -> RunFiles:
         bad = "not a record (expected a mapping)"
     if bad is None and isinstance(result, dict):
         bad = record_problem(result)  # a wrong type or inf in a field: damaged, named (#45)
+    if bad is None and isinstance(result, dict) and result.get("status", "completed") not in STATUSES:
+        bad = f"status: expected one of {', '.join(STATUSES)}, got {result['status']!r:.80}"
     if bad is None and result is None and (files.status or {}).get("status") == "completed":
         bad = "missing, though status.json says completed"
     if bad is None:

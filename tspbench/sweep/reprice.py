@@ -45,6 +45,8 @@ def reprice_study(folder: Path, with_predictions: bool = False) -> int:
     bad = [files for files in map(read_run, runs) if files.problems]
     if bad:  # as status names them, before anything is re-priced (#45)
         raise DamagedResults(bad)
+    if not any((run / "point.json").is_file() for run in runs):  # no tables written for nothing
+        raise UsageError(f"{folder}: not an experiment folder (no <run>/point.json under it)")
     profiles = cache(named_profile)
     done = sum(reprice_run(run, with_predictions, profiles) for run in runs)
     write_tables(folder)
