@@ -3,7 +3,7 @@
 The import graph is built with ast from tspbench/ and strategies/ (installed as
 tspbench.strategies). Function-level imports count, and so do imports under ``if TYPE_CHECKING:``
 (a type-only import still ties two modules: no circle through one either).
-Rules (README, "Layout of the repository"):
+Rules (docs/strategies.md, "Where the code lives"):
 
     core        no torch, nothing else from tspbench
     model       core only, never torch.distributed

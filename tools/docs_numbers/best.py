@@ -62,6 +62,7 @@ def scaling_train(results: Path) -> Values:
         "points": f"{len(df):,}",
         "bends_16k": bends(16384),
         "bends_128k": bends(131072),
+        "span_128k": span_of(at(131072, 8), at(131072, 1024)),
         "tsp_share_16k": f"{tsp16['internode_share']:.0%}",
         "tsp_share_128k": f"{tsp128['internode_share']:.1%}",
         "top_128k": str(top128.index[0]),
@@ -70,6 +71,12 @@ def scaling_train(results: Path) -> Values:
         "grid_8x8": f"{big.loc[(131072, 'TP+SP 8x8')]['tokens_per_s_per_gpu']:,.0f}",
         "grid_8x8_share": f"{big.loc[(131072, 'TP+SP 8x8')]['internode_share']:.0%}",
     }
+
+
+def span_of(first: pd.Series, last: pd.Series) -> str:
+    """'by 0-9% down': how far per-GPU throughput falls between two sizes, over the layouts of both."""
+    falls = [(1 - last[name] / first[name]) * 100 for name in first.index if name in last]
+    return f"by {min(falls):.0f}-{max(falls):.0f}% down"
 
 
 def walls(results: Path) -> Values:
@@ -84,7 +91,7 @@ def walls(results: Path) -> Values:
         best = named(best_rows(fits)) if len(fits) else fits
         largest = best.loc[best.groupby("layout")["batch"].idxmax()].sort_values("batch", ascending=False)
         each = ", ".join(
-            f"{r.layout} {int(r.batch)} ({r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)"
+            f"{r.layout} {int(r.batch)} (at {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)"
             for r in largest.itertuples()
         )
         top = int(part["batch"].max())

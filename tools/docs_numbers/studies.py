@@ -28,6 +28,7 @@ from tspbench.core.spec import ModelConfig
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
 from tspbench.report import tables
 from tspbench.report.formats import GIB, MIB, Values, pct, tokens
+from tspbench.report.provenance import busy_seconds, duration
 
 MI300X_USABLE_GIB = 192 * 0.95
 
@@ -260,7 +261,8 @@ def headline(results: Path) -> Values:
     """TSP against its peer at the paper's point (the 7B on 8 GPUs, 128K tokens): peak memory per
     GPU executed in the fake world, by recomputation, and training throughput projected for MI300X
     with selective recomputation (the analytic model)."""
-    fake = named(completed(results, "paper_memory_fake", seq_len=131072))
+    fake_all = completed(results, "paper_memory_fake")
+    fake = named(fake_all[fake_all["seq_len"] == 131072])
 
     def gib(layout: str, recompute: str) -> str:
         row = fake[(fake["layout"] == layout) & (fake["recompute"] == recompute)]
@@ -279,4 +281,14 @@ def headline(results: Path) -> Values:
         "usable": f"{MI300X_USABLE_GIB:.1f}",
         "tsp_tput": f"{node['TSP 8']:,.0f}",
         "fsdp_tput": f"{node['FSDP+SP 8']:,.0f}",
+        "fake_points": f"{len(fake_all):,}",
+        "fake_run": wall_time(fake_all),
     }
+
+
+def wall_time(df: pd.DataFrame) -> str:
+    """'8 min 10 s': how long a study's points ran, from their start and finish (status.json),
+    overlaps counted once, as its report.md says (tspbench.report.provenance)."""
+    start, end = (pd.to_datetime(df[c], utc=True) for c in ("started", "finished"))
+    t0 = start.min()
+    return duration(busy_seconds((start - t0).dt.total_seconds(), (end - t0).dt.total_seconds()))
