@@ -10,6 +10,8 @@ not against the check's arithmetic.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,9 @@ import tspbench.measure.bench
 from tspbench.analytic import host_memory
 from tspbench.analytic.predict import predict
 from tspbench.analytic.profile_choice import choose_profile
+from tspbench.core.names import STRATEGIES
 from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.strategy import available
 
 HAVE = 256 << 20  # the host's available memory in these tests: 256 MiB
 
@@ -97,3 +101,21 @@ def test_available_memory_is_what_the_kernel_says_can_be_allocated(tmp_path: Pat
     assert host_memory.available_bytes(meminfo) == 20000000 * 1024
     meminfo.write_text("MemTotal: 1 kB\n")  # no MemAvailable (an old kernel): the physical memory
     assert host_memory.available_bytes(meminfo) > 1024
+
+
+def test_a_flag_is_refused_before_torch_is_imported() -> None:
+    """Building the parser imports no torch, pandas or numpy (each command imports what it
+    runs), so a bad flag is one line in a fraction of a second, not after torch's import."""
+    code = (
+        "import sys\nfrom tspbench.cli.main import main\n"
+        "try:\n    main(['bench', '--strategy', 'tp', '--batch', '1e400'])\n"
+        "except SystemExit as exc:\n    rc = exc.code\n"
+        "print(rc, sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[0] == "2 []", (done.stdout, done.stderr)
+    assert done.stderr.strip().startswith("tspbench bench: error: argument --batch: not an integer")
+
+
+def test_the_built_in_layouts_named_in_help_are_the_registered_ones() -> None:
+    assert set(STRATEGIES) <= set(available())

@@ -8,15 +8,12 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from tspbench.analytic.decode import DecodePrediction, predict_decode
 from tspbench.analytic.hardware import Hardware, available_hardware
-from tspbench.analytic.planner import plan
-from tspbench.analytic.predict import Prediction, predict
 from tspbench.analytic.profile_choice import choose_profile
-from tspbench.calibrate.profile import calibrate, default_model
 from tspbench.cli.args import (
     MAX_GPUS,
     RECOMPUTE_HELP,
@@ -37,6 +34,10 @@ from tspbench.core.names import DTYPES, MODES, RECOMPUTE_MODES
 from tspbench.core.records import point_record
 from tspbench.core.spec import PRESETS, Layout, ModelConfig, Workload, recompute_problem
 from tspbench.core.units import format_bytes
+
+if TYPE_CHECKING:  # the models import torch: each command imports what it runs, so a refusal is quick
+    from tspbench.analytic.decode import DecodePrediction
+    from tspbench.analytic.predict import Prediction
 
 PROFILE_SUFFIXES = (".yaml", ".yml")  # what --hardware takes as a path
 CALIBRATE_MIN_SEQ_LEN = 16  # the smallest attention call calibrate times (its zigzag chunk floor)
@@ -151,6 +152,8 @@ def hardware_of(args: argparse.Namespace) -> Hardware:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from tspbench.analytic.predict import predict
+
     layout, workload = layout_and_workload(args, args.mode, args.dtype)
     within_model("--seq-len", workload.seq_len, workload.model)  # decode adds its tokens: Workload checks
     if workload.mode == "decode":
@@ -167,6 +170,8 @@ def predict_decode_point(layout: Layout, workload: Workload, hw: Hardware, as_js
     """``predict --mode decode``: the decode model (as ``plan-decode`` ranks it and the predict
     executor records it), since a decode step is not a training or prefill step."""
     w = replace(workload, device="cuda")  # as predict: the model is of the profile's device
+    from tspbench.analytic.decode import predict_decode
+
     p = predict_decode(layout, w.model, w.batch, w.seq_len, w.decode_tokens, w.dtype, hw)
     if as_json:
         print(json.dumps({**point_record(layout, w, "predicted"), **p.record()}, indent=2))
@@ -253,6 +258,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         args.dtype,
         "cuda",
     )
+    from tspbench.analytic.planner import plan
+
     result = plan(workload, args.gpus, hw, args.allow_cross_node)
     what = f"seq {args.seq_len}, batch {args.batch}, {args.mode}, recompute {args.recompute}"
     if print_json_or_heading(args, hw, plan_json(result), what):
@@ -271,7 +278,16 @@ def print_json_or_heading(args: argparse.Namespace, hw: Hardware, plan: dict, wh
     return False
 
 
+def calibrate(*args: object, **kwargs: object) -> object:
+    """tspbench.calibrate.profile.calibrate, imported when a calibration starts (it imports torch)."""
+    from tspbench.calibrate.profile import calibrate as measure_host
+
+    return measure_host(*args, **kwargs)
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from tspbench.calibrate.profile import default_model
+
     if args.out:
         output_path(args.out, "--out", folder=False)  # before minutes of measuring
         check_suffix(args.out, "--out", PROFILE_SUFFIXES)  # what --hardware PATH reads back

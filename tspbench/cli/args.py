@@ -20,7 +20,7 @@ from tspbench.core.bounds import (
 )
 from tspbench.core.errors import UsageError
 from tspbench.core.files import name_problem
-from tspbench.core.names import AXES, RECOMPUTE_MODES
+from tspbench.core.names import AXES, RECOMPUTE_MODES, STRATEGIES
 from tspbench.core.spec import (
     KV_EXCHANGES,
     MLP_EXCHANGES,
@@ -32,7 +32,6 @@ from tspbench.core.spec import (
     recompute_problem,
 )
 from tspbench.core.units import parse_bytes
-from tspbench.strategy import available, check_layout
 
 
 def byte_size(text: str) -> int:
@@ -143,7 +142,7 @@ RECOMPUTE_HELP = (
 
 
 def add_layout_args(p: argparse.ArgumentParser, model_default: str = "tiny") -> None:
-    p.add_argument("--strategy", required=True, help=f"one of: {', '.join(available())}")
+    p.add_argument("--strategy", required=True, help=f"one of: {', '.join(STRATEGIES)} (or a plugin's)")
     for axis in AXES:
         p.add_argument(f"--{axis}", type=positive_int, default=1, help=f"{axis} degree (default 1)")
     preset = f"model preset (default {model_default})"
@@ -198,6 +197,8 @@ def layout_and_workload(
     all that the command runs (default: ``mode`` alone). ``starts_ranks``: the command starts a
     process per rank on this host (validate, a measured bench), so a CPU world is bounded by its
     cores; a prediction or a fake world starts none and takes any world."""
+    from tspbench.strategy import check_layout  # the registry imports torch: after the flags' checks
+
     check_modes(args, modes or (mode,))
     overrides = {"vocab_size": args.vocab_size} if args.vocab_size else {}
     config = ModelConfig.preset(args.model, **overrides)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from tspbench.analytic.planner import DecodePlan, plan_decode
 from tspbench.cli.analytic import add_cluster_args, add_dtype_and_hardware, hardware_of, print_json_or_heading
 from tspbench.cli.args import positive_int, within_model
 from tspbench.cli.plan_text import print_left_out, print_rejected, ranked_json
 from tspbench.core.spec import ModelConfig
 from tspbench.core.units import format_bytes
+
+if TYPE_CHECKING:
+    from tspbench.analytic.planner import DecodePlan
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +38,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_plan_decode(args: argparse.Namespace) -> int:
+    from tspbench.analytic.planner import plan_decode
+
     hw = hardware_of(args)
     model = ModelConfig.preset(args.model)
     total = f"--seq-len {args.seq_len} + --decode-tokens {args.decode_tokens}"

@@ -26,7 +26,6 @@ from tspbench.core.files import check_suffix
 from tspbench.core.names import DEVICES, DTYPES, MODES
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import format_bytes
-from tspbench.strategy import available
 
 TRACE_SUFFIXES = (".npz", ".json", ".json.gz")  # the raw traces, or a Chrome trace of their replay
 
@@ -315,6 +314,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     import torch
 
     from tspbench.checks.gpu_check import CHECK_GROUPS, run
+    from tspbench.strategy import available
 
     output_path(args.out, "--out", folder=True)
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tspbench.analytic.planner import PlanResult
 from tspbench.core.spec import Layout, Workload
 from tspbench.core.units import format_bytes
+
+if TYPE_CHECKING:
+    from tspbench.analytic.planner import PlanResult
 
 
 class Rejected(Protocol):

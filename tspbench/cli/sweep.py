@@ -12,22 +12,23 @@ import shlex
 import sys
 import textwrap
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tspbench.cli.args import output_path
 from tspbench.cli.terminal import print_table, progress_for
 from tspbench.core.errors import UsageError
-from tspbench.core.names import AXES, OK_STATUSES
+from tspbench.core.names import AXES, EXECUTORS, OK_STATUSES
 from tspbench.core.units import degrees_text
-from tspbench.sweep.cluster import Profile
-from tspbench.sweep.damage import RunFiles
-from tspbench.sweep.experiment import EXECUTORS
-from tspbench.sweep.points import Point
-from tspbench.sweep.run import Sweep, prepare_sweep, run_sweep
-from tspbench.sweep.slurm import Submission, partition_nodes, submissions
-from tspbench.sweep.status import headline, status_table
-from tspbench.sweep.store import Store, mixing_problem, results_folder, write_tables
+
+if TYPE_CHECKING:  # the sweep's modules import torch: each command imports what it runs (#45)
+    import pandas as pd
+
+    from tspbench.sweep.cluster import Profile
+    from tspbench.sweep.damage import RunFiles
+    from tspbench.sweep.points import Point
+    from tspbench.sweep.run import Sweep
+    from tspbench.sweep.slurm import Submission
+    from tspbench.sweep.store import Store
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +50,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     results = output_path(Path(args.results), "--results", folder=True, writable=not args.dry_run)
+    from tspbench.sweep.run import prepare_sweep, run_sweep
+    from tspbench.sweep.store import Store, mixing_problem, write_tables
+
     sweep = prepare_sweep(args.experiment, args.set or [], args.executor, args.cluster)
     store = Store(results / sweep.experiment.name)
     method = sweep.points[0].config["method"] if sweep.points else None  # measure, fake or predict
@@ -110,6 +114,8 @@ def dry_run_frame(sweep: Sweep, store: Store) -> pd.DataFrame:
                 "stored": "corrupt" if store.problems(p.run_id) else store.state(p.run_id) or "-",
             }
         )
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 
@@ -132,6 +138,8 @@ def print_dry_run(sweep: Sweep, store: Store, retry_failed: bool) -> None:
 def print_submissions(points: list[Point], profile: Profile) -> None:
     """What ``run`` would hand to sbatch: each submission (a job array, or a plain job for a
     single point) with its sbatch options, its setup lines and the ids of its points."""
+    from tspbench.sweep.slurm import submissions
+
     jobs = submissions(points, profile)
     if not jobs:
         print(f"slurm ({profile.path}): nothing to submit, no point needs a run")
@@ -155,6 +163,13 @@ def print_submissions(points: list[Point], profile: Profile) -> None:
             continue
         ids = textwrap.wrap(" ".join(p.run_id for p in job.points), 96)
         print("\n".join(f"    {'points: ' if n == 0 else '        '}{line}" for n, line in enumerate(ids)))
+
+
+def partition_nodes(partition: str | None) -> int | None:
+    """tspbench.sweep.slurm.partition_nodes (sinfo), imported when a dry run asks."""
+    from tspbench.sweep.slurm import partition_nodes as nodes
+
+    return nodes(partition)
 
 
 def cluster_size_words(jobs: list[Submission], profile: Profile) -> str:
@@ -196,6 +211,8 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
         return 0
     table = rows[list(SUMMARY_COLUMNS)].rename(columns=SUMMARY_COLUMNS)
     table.insert(2, "degrees", rows.apply(lambda row: degrees_text(row["strategy"], row), axis=1))
+    from tspbench.sweep.status import headline
+
     print_table(table.join(headline(rows)))
     counts = rows["status"].value_counts().to_dict()
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; records in {store.root}/records.csv")
@@ -205,6 +222,9 @@ def print_summary(frame: pd.DataFrame, points: list[Point], store: Store) -> int
 def cmd_status(args: argparse.Namespace) -> int:
     """The table of every stored point; damaged folders listed too, each bad file named on stderr
     (exit 2: the store needs attention)."""
+    from tspbench.sweep.status import status_table
+    from tspbench.sweep.store import results_folder
+
     path = results_folder(args.results_dir)
     damaged: list[RunFiles] = []
     table = status_table(path, damaged)

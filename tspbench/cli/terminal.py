@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-import pandas as pd
 from rich import box
 from rich import progress as bars
 from rich.console import Console
@@ -23,6 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tspbench.core.progress import Progress
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def console(stream: TextIO | None = None) -> Console:
@@ -165,6 +167,8 @@ def print_table(frame: pd.DataFrame, stream: TextIO | None = None) -> None:
     if not on_terminal(stream):  # a missing value blank, as on a terminal (not NaN)
         stream.write(frame.to_string(index=False, na_rep="") + "\n")
         return
+    import pandas as pd  # here, not at import: a refusal need not load it
+
     table = Table(box=box.SIMPLE_HEAD)
     for name in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[name])
@@ -178,5 +182,7 @@ def print_table(frame: pd.DataFrame, stream: TextIO | None = None) -> None:
 def _cells(column: pd.Series) -> list[str]:
     """A column's cells as pandas would print them: blank for a missing value, a float column
     of whole numbers without '.0', the others as they are."""
+    import pandas as pd
+
     whole = pd.api.types.is_float_dtype(column) and bool((column.dropna() % 1 == 0).all())
     return ["" if pd.isna(v) else str(int(v)) if whole else str(v) for v in column]

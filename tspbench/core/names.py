@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 AXES = ("dp", "tp", "sp", "tsp", "fsdp")  # mesh axes; dp is always outermost
+# the built-in layouts (tspbench/strategies/), named in --help without importing them (torch)
+STRATEGIES = ("dp", "fsdp", "fsdp_sp", "sp", "tp", "tp_sp", "tsp")
 # infer: prefill, a forward over every position; decode: prefill a KV cache, then greedy steps
 MODES = ("train", "infer", "decode")
 # selective: the attention core (Megatron-LM); op: torchtitan's per-op policy (tspbench.model.recompute)
@@ -15,6 +17,7 @@ PHASES = ("forward", "backward", "optimizer", "decode")
 CUDA_ATTENTION_KERNELS = ("cudnn", "flash")  # what a GPU's attention runs on (tspbench.model.attention)
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "kv_cache", "other")  # peak memory
 
+EXECUTORS = ("local", "slurm", "predict", "fake")  # where a sweep's points run (tspbench.sweep.run)
 # A point's status in the results store: pending -> running -> one of FINAL_STATUSES.
 STATUSES = ("pending", "running", "completed", "oom", "failed", "timeout", "cancelled")
 FINAL_STATUSES = ("completed", "oom", "failed", "timeout", "cancelled")

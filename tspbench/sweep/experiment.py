@@ -31,7 +31,7 @@ from typing import Any
 
 from tspbench.core.bounds import MAX_CAPACITY_BYTES, MAX_COUNT, MAX_GPUS, MAX_SECONDS, MODEL_BOUNDS
 from tspbench.core.errors import ExperimentError
-from tspbench.core.names import AXES, DEVICES, DTYPES, MODES, RECOMPUTE_MODES
+from tspbench.core.names import AXES, DEVICES, DTYPES, EXECUTORS, MODES, RECOMPUTE_MODES
 from tspbench.core.schema import (
     BOOL,
     INT,
@@ -50,7 +50,6 @@ from tspbench.core.units import parse_bytes
 from tspbench.core.yamlfile import read_yaml
 from tspbench.strategy import available
 
-EXECUTORS = ("local", "slurm", "predict", "fake")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
