@@ -152,12 +152,11 @@ def hardware_of(args: argparse.Namespace) -> Hardware:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from tspbench.analytic.predict import predict
-
-    layout, workload = layout_and_workload(args, args.mode, args.dtype)
-    within_model("--seq-len", workload.seq_len, workload.model)  # decode adds its tokens: Workload checks
+    layout, workload = layout_and_workload(args, args.mode, args.dtype)  # --seq-len in the model's
     if workload.mode == "decode":
         return predict_decode_point(layout, workload, hardware_of(args), args.json)
+    from tspbench.analytic.predict import predict  # torch: after the flags are checked
+
     prediction = predict(layout, replace(workload, device="cuda"), hardware_of(args))
     if args.json:
         print(json.dumps(prediction.to_json(), indent=2))

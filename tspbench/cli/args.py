@@ -197,8 +197,6 @@ def layout_and_workload(
     all that the command runs (default: ``mode`` alone). ``starts_ranks``: the command starts a
     process per rank on this host (validate, a measured bench), so a CPU world is bounded by its
     cores; a prediction or a fake world starts none and takes any world."""
-    from tspbench.strategy import check_layout  # the registry imports torch: after the flags' checks
-
     check_modes(args, modes or (mode,))
     overrides = {"vocab_size": args.vocab_size} if args.vocab_size else {}
     config = ModelConfig.preset(args.model, **overrides)
@@ -221,9 +219,13 @@ def layout_and_workload(
         getattr(args, "mlp_exchange", "ring"),
     )
     within_model("--seq-len", workload.seq_len, config)  # decode adds its tokens: Workload checks
-    check_layout(layout, workload)
-    if starts_ranks and device == "cpu" and not getattr(args, "fake", False):
+    cpu_world = starts_ranks and device == "cpu" and not getattr(args, "fake", False)
+    if cpu_world:
         cpu_ranks(f"{layout.strategy} at world size {layout.world_size}", layout.world_size)
+    from tspbench.strategy import check_layout  # the registry imports torch: after the cheap checks
+
+    check_layout(layout, workload)
+    if cpu_world:
         host_memory(args, layout, workload)
     return layout, workload
 

@@ -160,10 +160,10 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tspbench.measure.validate import validate
-
     modes = ("train", "infer") if args.mode == "both" else (args.mode,)
     layout, workload = layout_and_workload(args, modes[0], args.dtype, modes, starts_ranks=True)
+    from tspbench.measure.validate import validate  # torch: after the flags are checked
+
     result = validate(layout, workload, modes, timeout=args.timeout)
     if args.json:
         print(json.dumps(result, indent=2))
