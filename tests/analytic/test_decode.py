@@ -233,10 +233,10 @@ def test_a_huge_number_of_decode_tokens_is_refused_or_answered_within_a_second(c
 
     hw = load_hardware("mi300x")
 
-    def seconds(run) -> float:
-        start = time.perf_counter()
+    def seconds(run) -> float:  # this process's CPU time: the work done, not the wait on a busy host
+        start = time.process_time()
         run()
-        return time.perf_counter() - start
+        return time.process_time() - start
 
     def refused() -> None:
         with pytest.raises(SystemExit) as flag:  # past the flag's bound: argparse's one line
@@ -250,7 +250,7 @@ def test_a_huge_number_of_decode_tokens_is_refused_or_answered_within_a_second(c
     assert err.count("\n") == 1 and "--decode-tokens" in err and "1,000,000,000,000" in err  # one line
     served = replace(SEVEN_B, max_seq_len=2 * 10**12)
     plans = []
-    assert seconds(lambda: plans.append(plan_decode(served, 8, hw, 1, 1024, 10**12))) < 3.0  # loaded host
+    assert seconds(lambda: plans.append(plan_decode(served, 8, hw, 1, 1024, 10**12))) < 3.0
     assert plans[0].rejected and all(c.reason for c in plans[0].rejected)
     p = predict_decode(Layout("tsp", tsp=8), served, 8, 1024, 10**12, "bfloat16", hw)
     assert seconds(lambda: p.record()) < 3.0

@@ -17,14 +17,15 @@ from tspbench.report.frame import context, prepare
 from tspbench.report.style import RC
 from tspbench.sweep.store import load
 
-DEMO = Path(__file__).resolve().parents[2] / "results" / "demo" / "quickstart"
+# a committed measured study (results/demo is made by `make demo`, not committed)
+MEASURED = Path(__file__).resolve().parents[2] / "results" / "cpu_reference"
 
 
 def demo_with(tmp_path: Path, on_core: float, runqueue: float, predicted: float) -> Path:
-    """The committed demo's records (4 ranks on 2 cores, priced on the cpu profile, measured on
-    the host it names) with each rank's clocks and prediction set as fractions of its step."""
-    study = tmp_path / "quickstart"
-    shutil.copytree(DEMO, study, ignore=shutil.ignore_patterns("report", "*.npz", "logs"))
+    """cpu_reference's records (4 ranks on 2 cores, priced on the cpu profile, measured on the
+    host it names) with each rank's clocks and prediction set as fractions of its step."""
+    study = tmp_path / "cpu_reference"
+    shutil.copytree(MEASURED, study, ignore=shutil.ignore_patterns("report", "*.npz", "logs"))
     for path in study.glob("*/result.json"):
         record = json.loads(path.read_text())
         if record.get("status") == "completed" and record.get("step_time_s"):
