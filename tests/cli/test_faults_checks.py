@@ -64,6 +64,7 @@ def test_reprice_names_a_truncated_record_as_status_does(tmp_path: Path, capsys)
             "--calibrate PIPE: is a FIFO, expected a regular file",
         ),
         (["check", "overlap", "--out", "PIPE"], "--out PIPE: is a FIFO, expected a regular file"),
+        (["check", "timeline-ops", "--calibrate", "ZERO"], "--calibrate ZERO: not a regular file"),
         (["check", "timeline-ops", "--seq-len", "100000000"], "--seq-len: must be at most 16,384 tokens"),
         (["check", "torch-estimator", "--seq-len", "100000000"], "--seq-len: must be at most 139,264 tokens"),
         (["check", "backtest", "--write"], "--write is for --fit"),
@@ -78,8 +79,11 @@ def test_nonsense_to_a_check_is_one_line(argv: list[str], says: str, tmp_path: P
     file.write_text("not a folder")
     empty.mkdir()
     os.mkfifo(fifo)  # a write into it would wait for a reader
-    names = {"FILE": str(file), "EMPTY": str(empty), "PIPE": str(fifo)}
-    one_line([names.get(a, a) for a in argv], re.sub("FILE|EMPTY|PIPE", lambda m: names[m[0]], says), capsys)
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")  # takes the write, reads back without end
+    names = {"FILE": str(file), "EMPTY": str(empty), "PIPE": str(fifo), "ZERO": str(tmp_path / "zero.yaml")}
+    one_line(
+        [names.get(a, a) for a in argv], re.sub("FILE|EMPTY|PIPE|ZERO", lambda m: names[m[0]], says), capsys
+    )
     assert list(empty.iterdir()) == []  # nothing written into it
 
 

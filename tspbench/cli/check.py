@@ -114,6 +114,12 @@ def cmd_timeline_ops(args: argparse.Namespace) -> int:
             check_suffix(
                 output_path(args.calibrate, "--calibrate", folder=False), "--calibrate", (".yaml", ".yml")
             )
+            if (
+                args.calibrate.exists() and not args.calibrate.is_file()
+            ):  # /dev/zero: read back as the profile
+                raise UsageError(
+                    f"--calibrate {args.calibrate}: not a regular file (the profile is read back)"
+                )
             timeline_ops.calibrate(args.calibrate, args.seq_len)
             hardware = str(args.calibrate)
         say = functools.partial(print, flush=True)
