@@ -22,6 +22,7 @@ import pandas as pd
 
 from tspbench.core.names import AXES
 from tspbench.report.frame import series_label
+from tspbench.report.legend import split_exchange
 
 # What a layout may tune, and each one's default. Recompute's is the paper's (selective, every
 # paper training study's base); the switches' are the Workload's (tspbench.core.spec).
@@ -244,8 +245,12 @@ def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
 
 
 def as_layouts(best: pd.DataFrame) -> pd.DataFrame:
-    """``best`` with each row's series named for its layout alone."""
+    """``best`` with each row's series named for its layout alone (its K/V exchange, a setting
+    that may vary along the line, left out of the per-replica name too)."""
     if "degrees" not in best:
         return best
     labels = [series_label(s, d) for s, d in zip(best["strategy"], best["degrees"], strict=True)]
-    return best.assign(series=labels)
+    out = best.assign(series=labels)
+    if "series_mp" in out:
+        out["series_mp"] = [split_exchange(label)[0] for label in out["series_mp"]]
+    return out
