@@ -77,3 +77,21 @@ def test_layouts_keep_their_shades_and_exchanges_their_dashes() -> None:
     ring = EXCHANGES["ring"].dash
     assert style.dash["tp_sp tp4 x sp2 (ring)"] == style.dash["tp_sp tp2 x sp4 (ring)"] == ring
     assert style.line("tp_sp tp4 x sp2")["linestyle"] == "-"
+
+
+def test_every_switch_set_away_from_its_default_names_its_own_series() -> None:
+    """#43: tp8 with and without Megatron SP, tsp8 with the ring or the broadcast MLP exchange, are
+    two lines of a figure and two rows of a table, not one."""
+    rows = pd.DataFrame(
+        [
+            {"strategy": "tp", "tp": 8, "megatron_sp": False},
+            {"strategy": "tp", "tp": 8, "megatron_sp": True},
+            {"strategy": "tsp", "tsp": 8, "mlp_exchange": "broadcast", "overlap": False},
+            {"strategy": "tsp", "tsp": 8, "kv_exchange": None},
+        ]
+    ).assign(status="completed", source="predicted", mode="train", seq_len=1024, batch=1, world_size=8)
+    labels = set(prepare(rows)["series"])
+    assert labels == {"tp8", "tp8 + Megatron SP", "tsp8 + MLP broadcast, no overlap", "tsp8"}
+    table = summary_table(prepare(rows))  # and a column for each switch some row sets, none for the rest
+    assert {"megatron_sp", "overlap", "mlp_exchange"} <= set(table.columns) and "kv_exchange" not in table
+    assert list(table["megatron_sp"]) == [False, True, False, False]

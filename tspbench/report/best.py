@@ -245,12 +245,12 @@ def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
 
 
 def as_layouts(best: pd.DataFrame) -> pd.DataFrame:
-    """``best`` with each row's series named for its layout alone (its K/V exchange, a setting
-    that may vary along the line, left out of the per-replica name too)."""
+    """``best`` with each row's series named for its layout alone (its switches and K/V exchange,
+    settings that may vary along the line, left out of the per-replica name too)."""
     if "degrees" not in best:
         return best
     labels = [series_label(s, d) for s, d in zip(best["strategy"], best["degrees"], strict=True)]
     out = best.assign(series=labels)
     if "series_mp" in out:
-        out["series_mp"] = [split_exchange(label)[0] for label in out["series_mp"]]
+        out["series_mp"] = [split_exchange(label)[0].split(" + ")[0] for label in out["series_mp"]]
     return out

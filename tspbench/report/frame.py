@@ -65,11 +65,29 @@ def series_label(strategy: str, degree_text: str) -> str:
     return f"{strategy} {degree_text}{same}"
 
 
-def series_labels(strategies: pd.Series, degrees: pd.Series, exchanges: pd.Series) -> list[str]:
-    """``series_label`` per row, the K/V exchange after it where it is not the all-gather: 'sp8
-    (ring)' and 'sp8' are two lines of a figure and two layouts of a table, not one (#48)."""
-    rows = zip(strategies, degrees, exchanges, strict=True)
-    return [with_exchange(series_label(s, d), e) for s, d, e in rows]
+def series_labels(
+    strategies: pd.Series, degrees: pd.Series, exchanges: pd.Series, switches: list[str] | None = None
+) -> list[str]:
+    """``series_label`` per row, its other switches after it ('tp8 + Megatron SP') and the K/V
+    exchange last where it is not the all-gather: 'sp8 (ring)' and 'sp8' are two lines of a
+    figure and two layouts of a table, not one (#48), and so are 'tsp8 + MLP broadcast' and 'tsp8'."""
+    words = switches or [""] * len(strategies)
+    rows = zip(strategies, degrees, exchanges, words, strict=True)
+    return [with_exchange(series_label(s, d) + (f" + {w}" if w else ""), e) for s, d, e, w in rows]
+
+
+def switch_words(df: pd.DataFrame) -> list[str]:
+    """'Megatron SP, MLP broadcast, no overlap': the switches other than the K/V exchange that a
+    row sets away from their defaults (a record omits one left at its default)."""
+
+    def word(row: pd.Series) -> str:
+        mlp = row.get("mlp_exchange")
+        said = ["Megatron SP" if row.get("megatron_sp") is True or row.get("megatron_sp") == 1 else "",
+                f"MLP {mlp}" if isinstance(mlp, str) and mlp not in ("", "ring") else "",
+                "no overlap" if row.get("overlap") is False or row.get("overlap") == 0 else ""]  # fmt: skip
+        return ", ".join(w for w in said if w)
+
+    return [word(row) for _, row in df.iterrows()]
 
 
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
@@ -87,9 +105,10 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     df["degrees"] = df.apply(lambda row: degrees_text(row["strategy"], row), axis=1)
     stored = df["kv_exchange"] if "kv_exchange" in df else pd.Series(None, index=df.index, dtype=object)
     df["kv_exchange"] = [exchange_of(v) for v in stored]  # records stored before #48: the all-gather
-    df["series"] = series_labels(df["strategy"], df["degrees"], df["kv_exchange"])
+    words = switch_words(df)
+    df["series"] = series_labels(df["strategy"], df["degrees"], df["kv_exchange"], words)
     mp = df.apply(lambda row: degrees_text(row["strategy"], row, with_dp=False), axis=1)
-    df["series_mp"] = series_labels(df["strategy"], mp, df["kv_exchange"])
+    df["series_mp"] = series_labels(df["strategy"], mp, df["kv_exchange"], words)
     add_metrics(df, predicted)
     return sort(df)
 

@@ -6,17 +6,18 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from tspbench.report.best import SWITCH_DEFAULTS, with_settings
 from tspbench.report.costs import cost_columns
 from tspbench.report.formats import GIB, KINDS, LABEL, pct, tokens
-from tspbench.report.legend import DEFAULT_EXCHANGE
 from tspbench.report.style import byte_unit
 
 IDENTITY = ("strategy", "degrees", "world_size", "seq_len", "batch", "mode", "recompute", "status", "source")
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per point; a metric column appears only when some point has it, and so does the
-    K/V exchange (where some point ran ring or Ulysses, #48). Memory columns
+    """One row per point; a metric column appears only when some point has it, and so does each
+    layout setting (the K/V exchange where some point ran ring or Ulysses, #48; Megatron SP,
+    overlap and the MLP exchange where some point set them, #43). Memory columns
     share one unit (GiB or MiB, whichever suits the largest value) so they compare by eye."""
     noun = "GPU" if (df["device"] == "cuda").any() else "rank"
     mem_unit, mem_scale = byte_unit([*df["measured_peak"].dropna(), *df["pred_peak"].dropna()])
@@ -36,8 +37,10 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         f"comm per step ({comm_unit})": (df["comm"] / comm_scale).round(2),
     }
     table = df[list(IDENTITY)].copy()
-    if "kv_exchange" in df and (df["kv_exchange"] != DEFAULT_EXCHANGE).any():  # sp8 ring vs sp8 (#48)
-        table.insert(table.columns.get_loc("degrees") + 1, "kv_exchange", df["kv_exchange"])
+    settings = with_settings(df)  # a switch left at its default is missing from older records
+    for name, default in reversed(SWITCH_DEFAULTS.items()):  # sp8 ring vs sp8 (#48), tp8 with Megatron SP
+        if (settings[name].astype(str) != str(default)).any():  # vs without (#43): a column where it varies
+            table.insert(table.columns.get_loc("degrees") + 1, name, settings[name])
     for name, values in metrics.items():
         if values.notna().any():
             table[name] = values
