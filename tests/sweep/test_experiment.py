@@ -376,3 +376,18 @@ def test_a_layout_entry_carries_its_own_settings(tmp_path: Path) -> None:
     clash = {**TINY, "sweep": {"grid": {"megatron_sp": [False, True]}, "zip": [{"layout": rows}]}}
     with pytest.raises(ExperimentError, match="already swept"):
         load_experiment(write(tmp_path, clash, "clash.yaml"))
+
+
+def test_a_points_label_names_every_switch_it_sets(tmp_path: Path) -> None:
+    """Progress lines and logs name a point by its label: tp8 with and without Megatron SP, tsp
+    with and without overlap, must not read alike."""
+    entries = [
+        {"strategy": "tp", "tp": 2}, {"strategy": "tp", "tp": 2, "megatron_sp": True},
+        {"strategy": "tsp", "tsp": 2},
+        {"strategy": "tsp", "tsp": 2, "overlap": False, "mlp_exchange": "broadcast"},
+    ]  # fmt: skip
+    path = write(tmp_path, {**TINY, "sweep": {"zip": [{"layout": entries}]}})
+    labels = [p.label.split(" ", 1)[1] for p in expand(load_experiment(path))[0]]
+    assert len(set(labels)) == 4
+    assert "megatron_sp" in labels[1] and "megatron_sp" not in labels[0]
+    assert "no overlap" in labels[3] and "mlp broadcast" in labels[3] and "overlap" not in labels[2]

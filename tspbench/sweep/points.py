@@ -199,10 +199,13 @@ def _invalid(config: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def describe(config: dict[str, Any]) -> str:
-    """'tsp tsp4 x dp2 seq 2048 batch 1 train recompute full', 'tp tp2 seq 512 batch 1 infer'."""
+    """'tsp tsp4 x dp2 seq 2048 batch 1 train recompute full', 'tp tp2 megatron_sp seq 512 batch 1
+    infer': a switch set away from its default is named, so two settings never read alike."""
     layout, w = config["layout"], config["workload"]
     degrees = degrees_text(layout["strategy"] or "", layout)
     mode = f"train recompute {w['recompute']}" if w["mode"] == "train" else w["mode"]
     exchange = f" kv {w['kv_exchange']}" if w.get("kv_exchange", "allgather") != "allgather" else ""
     exchange += f" mlp {w['mlp_exchange']}" if w.get("mlp_exchange", "ring") != "ring" else ""
+    exchange += " megatron_sp" if w.get("megatron_sp") else ""
+    exchange += " no overlap" if w.get("overlap", True) is False else ""
     return f"{layout['strategy']} {degrees}{exchange} seq {w['seq_len']} batch {w['batch']} {mode}"
