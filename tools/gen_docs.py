@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tools.docs_numbers import best, hinges, kv_exchange, paper_checks, studies, time_checks
+from tools.docs_numbers import best, hinges, kv_exchange, paper_checks, settings_memory, studies, time_checks
 from tools.docs_numbers.stored import Part
 from tspbench.core.fields import markdown_table
 from tspbench.report import backtest
@@ -80,6 +80,7 @@ GROUPS: dict[str, Callable[[Path], Values]] = {
     "scaling_train": best.scaling_train,  # training from 8 to 1,024 GPUs, each layout at its best
     "walls": best.walls,  # the micro-batch study's walls at 64K and 128K
     "verdicts": best.hardware_verdicts,  # the 128K verdict on the MI300X and H100 profiles
+    "settings_memory": settings_memory.settings_memory,  # Megatron SP, TSP's exchanges, executed
     "hinges": hinges.hinges,  # where a projected speed verdict flips (tspbench sensitivity)
 }
 
