@@ -97,7 +97,7 @@ def test_a_memory_figure_draws_each_layouts_lowest_peak_per_recompute_mode() -> 
 def test_the_per_replica_name_of_a_best_line_names_no_exchange() -> None:
     """A scaling figure names a layout per replica (series_mp); at its best the K/V exchange may
     change along the line, so 'sp8 (Ulysses)' would name one setting for a line of several."""
-    rows = pd.DataFrame([record("sp", 10.0), record("sp", 12.0, kv_exchange="ulysses")])
+    rows = pd.DataFrame([record("sp", 10.0, sp=8), record("sp", 12.0, sp=8, kv_exchange="ulysses")])
     rows = rows.assign(degrees="sp8", series_mp=["sp8", "sp8 + Megatron SP (Ulysses)"], source="predicted")
     view = best_view(rows, "paper_scaling_train")
     assert view is not None and list(view["series_mp"]) == ["sp8"] and list(view["series"]) == ["sp8"]

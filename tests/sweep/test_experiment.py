@@ -327,7 +327,7 @@ def test_dry_run_lists_nodes_for_the_cluster(capsys) -> None:
 def test_dry_run_names_the_largest_job_against_the_clusters_size(capsys, monkeypatch, tmp_path) -> None:
     """#46: paper_scaling plans 128-node jobs; the dry run says so, and whether the cluster's size
     is known (the profile's nodes:, or sinfo) or must be set to refuse larger points."""
-    monkeypatch.setattr("tspbench.cli.sweep.partition_nodes", lambda partition: None)  # no sinfo here
+    monkeypatch.setattr("tspbench.sweep.slurm.partition_nodes", lambda partition: None)  # no sinfo here
     study = str(REPO / "experiments" / "paper_scaling.yaml")
     code, out, _ = run_cli(capsys, study)
     assert code == 0

@@ -12,13 +12,17 @@ from tspbench.report.best import best_rows, winner, with_settings
 from tspbench.report.formats import Values
 
 
+def node_at_128k(results: Path, study: str) -> pd.DataFrame:
+    """Each layout's best record at 128K on 8 GPUs in ``study``, by layout, fastest first."""
+    rows = named(best_rows(completed(results, study, seq_len=131072, world_size=8))).set_index("layout")
+    return rows.sort_values("tokens_per_s_per_gpu", ascending=False)
+
+
 def best(results: Path) -> Values:
     """At 128K on 8 GPUs (projected for MI300X): each layout's best tokens/s/GPU over the swept
     settings, TSP 8's against the fastest other layout's, and the settings that won it."""
-    df = completed(results, "paper_throughput", seq_len=131072, world_size=8)
-    rows = named(best_rows(df)).set_index("layout")
-    tsp = rows.loc["TSP 8"]
-    others = rows.drop(index="TSP 8").sort_values("tokens_per_s_per_gpu", ascending=False)
+    rows = node_at_128k(results, "paper_throughput")
+    tsp, others = rows.loc["TSP 8"], rows.drop(index="TSP 8")
     top = others.iloc[0]
     return {
         "tsp": f"{tsp['tokens_per_s_per_gpu']:,.0f}",
@@ -26,7 +30,6 @@ def best(results: Path) -> Values:
         "top": str(others.index[0]),
         "top_tput": f"{top['tokens_per_s_per_gpu']:,.0f}",
         "top_setting": winner(top, None),
-        "ratio": f"{tsp['tokens_per_s_per_gpu'] / top['tokens_per_s_per_gpu']:.2f}",
         "points": f"{len(completed(results, 'paper_throughput')):,}",
     }
 
@@ -57,7 +60,6 @@ def scaling_train(results: Path) -> Values:
 
     big = rows[(rows["world_size"] == 1024)].set_index(["seq_len", "layout"])
     tsp16, tsp128 = big.loc[(16384, "TSP 8")], big.loc[(131072, "TSP 8")]
-    top128 = big.loc[131072].sort_values("tokens_per_s_per_gpu", ascending=False)
     return {
         "points": f"{len(df):,}",
         "bends_16k": bends(16384),
@@ -65,9 +67,6 @@ def scaling_train(results: Path) -> Values:
         "span_128k": span_of(at(131072, 8), at(131072, 1024)),
         "tsp_share_16k": f"{tsp16['internode_share']:.0%}",
         "tsp_share_128k": f"{tsp128['internode_share']:.1%}",
-        "top_128k": str(top128.index[0]),
-        "top_128k_tput": f"{top128['tokens_per_s_per_gpu'].iloc[0]:,.0f}",
-        "tsp_128k": f"{tsp128['tokens_per_s_per_gpu']:,.0f}",
         "grid_8x8": f"{big.loc[(131072, 'TP+SP 8x8')]['tokens_per_s_per_gpu']:,.0f}",
         "grid_8x8_share": f"{big.loc[(131072, 'TP+SP 8x8')]['internode_share']:.0%}",
     }
@@ -88,7 +87,7 @@ def walls(results: Path) -> Values:
     for seq, key in ((65536, "64k"), (131072, "128k")):
         part = named(df[df["seq_len"] == seq])
         fits = part[part["status"] == "completed"]
-        best = named(best_rows(fits)) if len(fits) else fits
+        best = best_rows(fits) if len(fits) else fits  # keeps the layout column
         largest = best.loc[best.groupby("layout")["batch"].idxmax()].sort_values("batch", ascending=False)
         each = ", ".join(
             f"{r.layout} {int(r.batch)} (at {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)"
@@ -97,8 +96,6 @@ def walls(results: Path) -> Values:
         top = int(part["batch"].max())
         everyone = (largest["batch"] == top).all() and len(largest) == part["layout"].nunique()
         out[key] = f"micro-batch {top}, the study's largest, for every layout ({each})" if everyone else each
-        never = sorted(set(part["layout"]) - set(fits["layout"]))
-        out[f"{key}_none"] = ", ".join(never) or "none"
     return out
 
 
@@ -106,8 +103,7 @@ def hardware_verdicts(results: Path) -> Values:
     """The 128K verdict on 8 GPUs at best against best, on the MI300X and the H100 profiles."""
     out: dict[str, str] = {}
     for study, key in (("paper_throughput", "mi300x"), ("paper_throughput_h100", "h100")):
-        df = completed(results, study, seq_len=131072, world_size=8)
-        rows = named(best_rows(df)).set_index("layout")["tokens_per_s_per_gpu"].sort_values(ascending=False)
+        rows = node_at_128k(results, study)["tokens_per_s_per_gpu"]
         out[f"{key}_tsp"] = f"{rows['TSP 8']:,.0f}"
         out[f"{key}_top"] = f"{rows.index[0]} {rows.iloc[0]:,.0f}"
         out[f"{key}_ratio"] = f"{rows['TSP 8'] / rows.iloc[0]:.2f}"

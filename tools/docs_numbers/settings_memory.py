@@ -11,7 +11,7 @@ import pandas as pd
 
 from tools.docs_numbers.stored import completed, named
 from tools.docs_numbers.studies import MI300X_USABLE_GIB
-from tspbench.report.best import with_settings
+from tspbench.report.best import SWITCH_DEFAULTS, with_settings
 from tspbench.report.formats import GIB, Values
 
 STUDY = "memory_settings_fake"
@@ -20,7 +20,7 @@ STUDY = "memory_settings_fake"
 def peak(df: pd.DataFrame, layout: str, **setting: object) -> float:
     """The peak (GiB) of ``layout`` at the given switches, every other switch at its default."""
     rows = df[df["layout"] == layout]
-    for name, value in {"megatron_sp": False, "overlap": True, "mlp_exchange": "ring", **setting}.items():
+    for name, value in {**SWITCH_DEFAULTS, **setting}.items():
         rows = rows[rows[name] == value]
     (value,) = rows["peak_memory_bytes"] / GIB
     return float(value)

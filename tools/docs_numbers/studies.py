@@ -28,7 +28,7 @@ from tspbench.core.spec import ModelConfig
 from tspbench.costs.flops import attention_flops_per_layer, forward_flops_per_sequence
 from tspbench.report import tables
 from tspbench.report.formats import GIB, MIB, Values, pct, tokens
-from tspbench.report.provenance import busy_seconds, duration
+from tspbench.report.provenance import wall_time
 
 MI300X_USABLE_GIB = 192 * 0.95
 
@@ -284,11 +284,3 @@ def headline(results: Path) -> Values:
         "fake_points": f"{len(fake_all):,}",
         "fake_run": wall_time(fake_all),
     }
-
-
-def wall_time(df: pd.DataFrame) -> str:
-    """'8 min 10 s': how long a study's points ran, from their start and finish (status.json),
-    overlaps counted once, as its report.md says (tspbench.report.provenance)."""
-    start, end = (pd.to_datetime(df[c], utc=True) for c in ("started", "finished"))
-    t0 = start.min()
-    return duration(busy_seconds((start - t0).dt.total_seconds(), (end - t0).dt.total_seconds()))

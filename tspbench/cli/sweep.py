@@ -132,10 +132,11 @@ def print_dry_run(sweep: Sweep, store: Store, retry_failed: bool) -> None:
     for s in sweep.skipped:
         print(f"skipped (invalid): {s.description}: {s.reason}  [{'; '.join(s.origin) or 'base'}]")
     if sweep.executor == "slurm" and sweep.profile is not None:
-        print_submissions([p for p in sweep.points if store.needs_run(p.run_id, retry_failed)], sweep.profile)
+        todo = [p for p in sweep.points if store.needs_run(p.run_id, retry_failed)]
+        print_submissions(todo, sweep.profile, sweep.node_limit)
 
 
-def print_submissions(points: list[Point], profile: Profile) -> None:
+def print_submissions(points: list[Point], profile: Profile, node_limit: int | None = None) -> None:
     """What ``run`` would hand to sbatch: each submission (a job array, or a plain job for a
     single point) with its sbatch options, its setup lines and the ids of its points."""
     from tspbench.sweep.slurm import submissions
@@ -150,7 +151,7 @@ def print_submissions(points: list[Point], profile: Profile) -> None:
         f"slurm ({profile.path}): {_count(len(points), 'point')} to submit in "
         f"{_count(len(jobs), 'sbatch call')}: {', '.join(k for k in kinds if not k.startswith('0 '))}"
     )
-    print(f"  {cluster_size_words(jobs, profile)}")
+    print(f"  {cluster_size_words(jobs, profile, node_limit)}")
     for i, job in enumerate(jobs, 1):
         size = f"job array of {len(job.points)} points" if len(job.points) > 1 else "single job"
         shape = f"{_count(job.nodes, 'node')} x {_count(job.tasks_per_node, 'task')}"
@@ -172,14 +173,14 @@ def partition_nodes(partition: str | None) -> int | None:
     return nodes(partition)
 
 
-def cluster_size_words(jobs: list[Submission], profile: Profile) -> str:
-    """The largest job's size against the cluster's, where either the profile's ``nodes`` or
-    sinfo knows it: a study of 1,024 GPUs plans 128-node jobs whatever the cluster holds."""
+def cluster_size_words(jobs: list[Submission], profile: Profile, node_limit: int | None) -> str:
+    """The largest job's size against the cluster's (``node_limit``: the profile's ``nodes`` or
+    sinfo's, tspbench.sweep.slurm.cluster_limit): a study of 1,024 GPUs plans 128-node jobs
+    whatever the cluster holds."""
     largest = max(job.nodes for job in jobs)
     ask = f"the largest job asks {_count(largest, 'node')} ({largest * profile.gpus_per_node:,} GPUs)"
-    known = [n for n in (profile.nodes, partition_nodes(profile.partition)) if n is not None]
-    if known:
-        return f"{ask}; this cluster allows {_count(min(known), 'node')}"
+    if node_limit is not None:
+        return f"{ask}; this cluster allows {_count(node_limit, 'node')}"
     return (
         f"{ask}; this cluster's size is unknown here (the profile's nodes: is unset and sinfo does "
         f"not answer): set nodes: in {profile.path} to refuse larger points before submitting"

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from tspbench.core.names import AXES
+from tspbench.core.units import degrees_text
 from tspbench.report.frame import series_label
-from tspbench.report.legend import split_exchange
 
 # What a layout may tune, and each one's default. Recompute's is the paper's (selective, every
 # paper training study's base); the switches' are the Workload's (tspbench.core.spec).
@@ -245,12 +245,12 @@ def best_view(df: pd.DataFrame, name: str) -> pd.DataFrame | None:
 
 
 def as_layouts(best: pd.DataFrame) -> pd.DataFrame:
-    """``best`` with each row's series named for its layout alone (its switches and K/V exchange,
-    settings that may vary along the line, left out of the per-replica name too)."""
+    """``best`` with each row's series, and its per-replica one, named for its layout alone: its
+    switches and K/V exchange are settings that may vary along the line."""
     if "degrees" not in best:
         return best
-    labels = [series_label(s, d) for s, d in zip(best["strategy"], best["degrees"], strict=True)]
-    out = best.assign(series=labels)
-    if "series_mp" in out:
-        out["series_mp"] = [split_exchange(label)[0].split(" + ")[0] for label in out["series_mp"]]
-    return out
+    rows = [row for _, row in best.iterrows()]
+    return best.assign(
+        series=[series_label(r["strategy"], r["degrees"]) for r in rows],
+        series_mp=[series_label(r["strategy"], degrees_text(r["strategy"], r, with_dp=False)) for r in rows],
+    )

@@ -80,11 +80,11 @@ def switch_words(df: pd.DataFrame) -> list[str]:
     """'Megatron SP, MLP broadcast, no overlap': the switches other than the K/V exchange that a
     row sets away from their defaults (a record omits one left at its default)."""
 
-    def word(row: pd.Series) -> str:
+    def word(row: pd.Series) -> str:  # == 1 and == 0: Python's, numpy's and stored bools alike; NaN neither
         mlp = row.get("mlp_exchange")
-        said = ["Megatron SP" if row.get("megatron_sp") is True or row.get("megatron_sp") == 1 else "",
+        said = ["Megatron SP" if row.get("megatron_sp") == 1 else "",
                 f"MLP {mlp}" if isinstance(mlp, str) and mlp not in ("", "ring") else "",
-                "no overlap" if row.get("overlap") is False or row.get("overlap") == 0 else ""]  # fmt: skip
+                "no overlap" if row.get("overlap") == 0 else ""]  # fmt: skip
         return ", ".join(w for w in said if w)
 
     return [word(row) for _, row in df.iterrows()]

@@ -89,19 +89,34 @@ def hosts(df: pd.DataFrame) -> str:
     return ", ".join(f"{h} ({int(n)} CPUs)" if n else str(h) for h, n in seen)
 
 
-def run_time(df: pd.DataFrame) -> str:
-    """How long the points ran, from status.json's times, on which host; or that it is not stored."""
+def spans(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series, pd.Timestamp] | None:
+    """Each timed point's start and finish (status.json) in seconds from the first start, which
+    rows are timed, and that first start; None where no point stores both."""
     if "started" not in df or "finished" not in df:
-        return "not stored in these records (no start and finish times)"
+        return None
     start = pd.to_datetime(df["started"], utc=True, errors="coerce")
     end = pd.to_datetime(df["finished"], utc=True, errors="coerce")
     timed = start.notna() & end.notna()
     if not timed.any():
-        return "not stored in these records (no start and finish times)"
+        return None
     t0 = start[timed].min()
-    lo, hi = ((t - t0).dt.total_seconds() for t in (start[timed], end[timed]))
+    return (start[timed] - t0).dt.total_seconds(), (end[timed] - t0).dt.total_seconds(), timed, t0
+
+
+def wall_time(df: pd.DataFrame) -> str:
+    """'8 min 10 s': how long some point of ``df`` was running (overlaps once)."""
+    found = spans(df)
+    return duration(busy_seconds(found[0], found[1])) if found else "not stored"
+
+
+def run_time(df: pd.DataFrame) -> str:
+    """How long the points ran, from status.json's times, on which host; or that it is not stored."""
+    found = spans(df)
+    if found is None:
+        return "not stored in these records (no start and finish times)"
+    lo, hi, timed, t0 = found
     each = hi - lo
-    days = sorted({t.date().isoformat() for t in (t0, end[timed].max())})
+    days = sorted({t.date().isoformat() for t in (t0, t0 + pd.Timedelta(seconds=hi.max()))})
     untimed = f"; {int((~timed).sum())} points without times" if (~timed).any() else ""
     return (
         f"{duration(busy_seconds(lo, hi))} of wall time with a point running, on {hosts(df[timed])}, "

@@ -45,6 +45,7 @@ class Sweep:
     skipped: list[Skipped]
     profile: Profile | None = None  # when a cluster is named
     hardware: HardwareChoice | None = None  # the predict executor's profile (the experiment's)
+    node_limit: int | None = None  # the most nodes a Slurm job may span, where known
 
     @property
     def gpus_per_node(self) -> int | None:
@@ -69,15 +70,16 @@ def prepare_sweep(path: str, overrides: list[str], executor: str | None, cluster
         raise UsageError(f"{exp.path}: the predict executor needs a hardware profile: set hardware:")
     method = {"predict": "predict", "fake": "fake"}.get(executor, "measure")
     points, skipped = expand(exp, method, exp.hardware)
+    node_limit = None
     if executor == "slurm":
         profile.check_points(points, exp.path)
-        slurm.check_cluster_size(points, profile, exp.path)
+        node_limit = slurm.check_cluster_size(points, profile, exp.path)
     hardware = _check_predictor(exp, points) if executor == "predict" else None
     if executor == "local":
         _check_local_devices(exp, points)
     if executor == "fake":
         _check_fake_devices(exp, points)
-    return Sweep(exp, executor, points, skipped, profile, hardware)
+    return Sweep(exp, executor, points, skipped, profile, hardware, node_limit)
 
 
 def _check_predictor(exp: Experiment, points: list[Point]) -> HardwareChoice:

@@ -95,17 +95,24 @@ def partition_nodes(partition: str | None) -> int | None:
     return len(nodes) or None
 
 
-def check_cluster_size(points: list[Point], profile: Profile, experiment: Path) -> None:
-    """Refuse (UsageError, one line) a point whose world needs more nodes than the cluster has:
-    the profile's ``nodes``, and the partition's size from sinfo when it answers."""
+def cluster_limit(profile: Profile) -> tuple[int, str] | None:
+    """The most nodes a job may span and what says so: the profile's ``nodes`` or the partition's
+    size from sinfo when it answers, the smaller; None when neither knows."""
     limits = [(profile.nodes, f"cluster profile {profile.path} (nodes: {profile.nodes})")]
     counted = partition_nodes(profile.partition)
     where = f"partition {profile.partition}" if profile.partition else "the default partition"
     limits.append((counted, f"{where} (sinfo: {counted} nodes)"))
     known = [(n, source) for n, source in limits if n is not None]
-    if not known:
-        return
-    limit, source = min(known)
+    return min(known) if known else None
+
+
+def check_cluster_size(points: list[Point], profile: Profile, experiment: Path) -> int | None:
+    """Refuse (UsageError, one line) a point whose world needs more nodes than the cluster has
+    (``cluster_limit``); returns that limit (None: unknown) for the dry run to quote."""
+    found = cluster_limit(profile)
+    if found is None:
+        return None
+    limit, source = found
     gpn = profile.gpus_per_node
     for p in points:
         if p.nodes(gpn) > limit:
@@ -113,6 +120,7 @@ def check_cluster_size(points: list[Point], profile: Profile, experiment: Path) 
                 f"{experiment}: point {p.label} needs {p.world_size} ranks = {p.nodes(gpn)} nodes of "
                 f"{gpn}, but {source} allows {limit} nodes ({limit * gpn} ranks); use a smaller layout"
             )
+    return limit
 
 
 def _require_slurm() -> None:
