@@ -169,6 +169,18 @@ def test_a_rendezvous_name_that_does_not_resolve_fails_naming_it() -> None:
     assert slurm_job.master_address("localhost").startswith("127.")
 
 
+def test_the_rendezvous_port_is_outside_the_ephemeral_range_and_the_same_on_every_task() -> None:
+    """In the ephemeral range an outgoing connection on the node may already hold the port:
+    CI saw job 1's rank 0 fail with EADDRINUSE on submitit's port 51342 while the others waited."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low, high = (int(v) for v in ephemeral.read_text().split()) if ephemeral.exists() else (32768, 60999)
+    jobs = [str(j) for j in range(1, 2001)] + [f"500_{t}" for t in range(64)]
+    ports = [slurm_job.rendezvous_port(j) for j in jobs]
+    assert all(1024 <= p < low or p > high for p in ports)
+    assert ports == [slurm_job.rendezvous_port(j) for j in jobs]  # every task derives the same
+    assert len(set(ports[-64:])) > 60  # an array's tasks on one node rarely share a port
+
+
 def test_job_states_from_sacct_and_squeue(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slurm, "_run", lambda cmd: SACCT if cmd[0] == "sacct" else SQUEUE)
     states, reasons, answered = slurm.job_states({"100_0", "100_1", "101"})

@@ -19,7 +19,10 @@ def smoke_allreduce() -> tuple[int, int, float]:
     import torch
     import torch.distributed as dist
 
+    from tspbench.sweep.slurm_job import rendezvous_port
+
     denv = submitit.helpers.TorchDistributedEnvironment()
+    denv.master_port = rendezvous_port(os.environ["SLURM_JOB_ID"])
     denv.export(set_cuda_visible_devices=False, overwrite=True)
     socket.gethostbyname(os.environ["MASTER_ADDR"])  # raises if the name does not resolve
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every fake node is this host

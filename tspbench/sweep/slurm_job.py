@@ -3,8 +3,9 @@
 Inside each task (``run_task``): submitit's ``TorchDistributedEnvironment`` gives rank, world
 and rendezvous (MASTER_ADDR: the job's first node, by name; a name that does not resolve fails
 the job at once, naming it, instead of every rank waiting at a guessed address until the
-timeout), ``init_process_group`` (NCCL on GPUs, gloo otherwise) with the point's timeout, then
-the same per-rank body as ``bench``. Rank 0 gathers every rank's measurement and writes the
+timeout; MASTER_PORT: ``rendezvous_port``, below the kernel's ephemeral range),
+``init_process_group`` (NCCL on GPUs, gloo otherwise) with the point's timeout, then the same
+per-rank body as ``bench``. Rank 0 gathers every rank's measurement and writes the
 record.
 
 A job must never hang the sweep: a rank that raises records its error (OOM -> ``oom``) and
@@ -18,6 +19,7 @@ worth saving).
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sys
 import threading
@@ -73,6 +75,7 @@ def run_task(task: PointTask) -> str:
     point, store = Point.from_json(task.point), Store(task.experiment_dir)
     rid = point.run_id
     denv = submitit.helpers.TorchDistributedEnvironment()
+    denv.master_port = rendezvous_port(_job_id() or "")
     denv.export(set_cuda_visible_devices=False, overwrite=True)
     rank = denv.rank
     if store.state(rid) == "completed":
@@ -104,6 +107,18 @@ def _job_id() -> str | None:
     if array:
         return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
     return os.environ.get("SLURM_JOB_ID")
+
+
+RENDEZVOUS_PORTS = (20000, 32767)  # below Linux's default ephemeral range, 32768-60999
+
+
+def rendezvous_port(job_id: str) -> int:
+    """The port rank 0 listens on, the same in every task of the job: drawn from the job's id
+    as submitit draws it, but from ``RENDEZVOUS_PORTS``. submitit's range (20000-60000) mostly
+    lies in the kernel's ephemeral range, where any outgoing connection on the node (a slurmd's,
+    another job's gloo pair) may already hold the port, and rank 0's bind then fails with
+    EADDRINUSE while every other rank waits out its timeout."""
+    return random.Random(job_id).randint(*RENDEZVOUS_PORTS)
 
 
 def master_address(name: str) -> str:
