@@ -103,9 +103,26 @@ def hardware_verdicts(results: Path) -> Values:
     """The 128K verdict on 8 GPUs at best against best, on the MI300X and the H100 profiles."""
     out: dict[str, str] = {}
     for study, key in (("paper_throughput", "mi300x"), ("paper_throughput_h100", "h100")):
-        rows = node_at_128k(results, study)["tokens_per_s_per_gpu"]
+        frame = node_at_128k(results, study)
+        rows = frame["tokens_per_s_per_gpu"]
         out[f"{key}_tsp"] = f"{rows['TSP 8']:,.0f}"
         out[f"{key}_top"] = f"{rows.index[0]} {rows.iloc[0]:,.0f}"
         out[f"{key}_ratio"] = f"{rows['TSP 8'] / rows.iloc[0]:.2f}"
         out[f"{key}_rank"] = f"{list(rows.index).index('TSP 8') + 1} of {len(rows)}"
+        tsp, top = (results / study / str(frame.loc[name, "run_id"]) for name in ("TSP 8", rows.index[0]))
+        out[f"{key}_flip"] = best_flip(tsp, top, key)
+        out[f"{key}_command"] = f"tspbench sensitivity --hardware {key} --layout {tsp} --against {top}"
     return out
+
+
+def best_flip(mine: Path, other: Path, profile: str) -> str:
+    """Whether one figure of ``profile``, moved alone over its range, changes the faster of two
+    stored points, each at its own settings (``tspbench sensitivity`` given their folders)."""
+    from tools.docs_numbers.hinges import flip_text
+    from tspbench.analytic import sensitivity as sens
+    from tspbench.analytic.profile_choice import named_profile
+    from tspbench.cli.sensitivity import side_text
+
+    a, b = side_text(str(mine)), side_text(str(other))
+    assert a.workload is not None and b.workload is not None  # stored points bring theirs
+    return flip_text(sens.break_evens(a.layout, b.layout, a.workload, named_profile(profile), (), b.workload))

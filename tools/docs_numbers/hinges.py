@@ -91,7 +91,11 @@ def any_flip(hw: object, a: str, b: str, w: object) -> str:
     from tspbench.analytic import sensitivity as sens
     from tspbench.cli.sensitivity import layout_text
 
-    rows = sens.break_evens(layout_text(a), layout_text(b), w, hw)
+    return flip_text(sens.break_evens(layout_text(a), layout_text(b), w, hw))
+
+
+def flip_text(rows: list) -> str:
+    """The break-evens of every figure (``sensitivity.break_evens``) as the docs quote them."""
     flips = [
         f"{r.figure.key} at {r.value:,.3g} {r.figure.unit}".rstrip() for r in rows if r.value is not None
     ]

@@ -272,19 +272,29 @@ class BreakEven:
         return self.value is not None
 
 
-def speed_ratio(a: Layout, b: Layout, workload: Workload, hw: Hardware) -> float:
-    """a's tokens/s per GPU over b's on ``hw`` (> 1: a is faster)."""
-    return priced(a, workload, hw).tokens_per_s_per_gpu / priced(b, workload, hw).tokens_per_s_per_gpu
+def speed_ratio(
+    a: Layout, b: Layout, workload: Workload, hw: Hardware, against: Workload | None = None
+) -> float:
+    """a's tokens/s per GPU over b's on ``hw`` (> 1: a is faster); b runs ``against`` where given
+    (its own recomputation and settings: each layout at its best), else ``workload``."""
+    theirs = priced(b, against or workload, hw)
+    return priced(a, workload, hw).tokens_per_s_per_gpu / theirs.tokens_per_s_per_gpu
 
 
 def break_evens(
-    a: Layout, b: Layout, workload: Workload, hw: Hardware, chosen: Sequence[Figure] = ()
+    a: Layout,
+    b: Layout,
+    workload: Workload,
+    hw: Hardware,
+    chosen: Sequence[Figure] = (),
+    against: Workload | None = None,
 ) -> list[BreakEven]:
-    """For each figure, where a and b are equally fast (``BreakEven``), in the figures' order. A
-    figure that moves neither layout's time at either end of its range is not searched past it."""
+    """For each figure, where a and b are equally fast (``BreakEven``), in the figures' order; b
+    runs ``against`` where given (as in ``speed_ratio``). A figure that moves neither layout's
+    time at either end of its range is not searched past it."""
     rows = []
     for f in chosen or figures(hw):
-        gap = _memo(_gap(a, b, workload, hw, f))
+        gap = _memo(_gap(a, b, workload, hw, f, against))
         inside = _nearest_root(gap, f.value, f.low, f.high)
         beyond = None
         moves = len({gap(v) for v in (f.value, f.low, f.high)}) > 1
@@ -296,9 +306,11 @@ def break_evens(
     return rows
 
 
-def _gap(a: Layout, b: Layout, workload: Workload, hw: Hardware, f: Figure) -> Callable[[float], float]:
+def _gap(
+    a: Layout, b: Layout, workload: Workload, hw: Hardware, f: Figure, against: Workload | None
+) -> Callable[[float], float]:
     """log(a's speed / b's) with figure ``f`` at a value: 0 where they break even."""
-    return lambda v: math.log(speed_ratio(a, b, workload, f.at(hw, v)))
+    return lambda v: math.log(speed_ratio(a, b, workload, f.at(hw, v), against))
 
 
 def _memo(fn: Callable[[float], float]) -> Callable[[float], float]:

@@ -6,7 +6,12 @@ faster of two layouts changes (tspbench.analytic.sensitivity).
 
 A layout is ``strategy:degrees``, the degrees in the order of the strategy's own axes as its
 name lists them (``tp_sp:2x4`` is TP 2 x SP 4; ``fsdp_sp:8`` shards over 8 sp ranks), with an
-optional data-parallel degree after a comma (``tsp:8,dp4``).
+optional data-parallel degree after a comma (``tsp:8,dp4``), and runs the workload the flags
+give. Or it is a stored point's folder (``results/<study>/<run id>``), which brings its own
+workload and settings: each layout at its best setting against another at its own.
+
+    tspbench sensitivity --layout results/paper_throughput/<run id> \\
+        --against results/paper_throughput/<run id>
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,14 +44,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "break-even value where the faster layout changes.",
     )
     p.add_argument(
-        "--layout", required=True, type=layout_text, help="the layout: strategy:degrees, e.g. tsp:8"
+        "--layout",
+        required=True,
+        type=side_text,
+        help="the layout: strategy:degrees, e.g. tsp:8, or a stored point's folder (its workload with it)",
     )
     p.add_argument(
-        "--against", action="append", type=layout_text, default=[], help="a layout to compare (repeatable)"
+        "--against", action="append", type=side_text, default=[], help="a layout to compare (repeatable)"
     )
     p.add_argument("--model", default="7b", choices=sorted(PRESETS), help="model preset (default 7b)")
     p.add_argument("--vocab-size", type=vocab_size, help="override the preset's vocabulary size")
-    p.add_argument("--seq-len", type=positive_int, required=True, help="tokens per sequence")
+    p.add_argument("--seq-len", type=positive_int, help="tokens per sequence (for a strategy:degrees layout)")
     p.add_argument("--batch", type=positive_int, default=1, help="micro-batch per model replica (default 1)")
     p.add_argument("--mode", choices=("train", "infer"), default="train", help="the step (default train)")
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none", help=RECOMPUTE_HELP)
@@ -81,38 +90,82 @@ def layout_text(text: str) -> Layout:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Side:
+    """One layout the command prices: with a stored point's own workload, or (None) the flags'."""
+
+    layout: Layout
+    workload: Workload | None = None
+    name: str = ""
+
+    def describe(self) -> str:
+        return self.name or self.layout.describe()
+
+
+def side_text(text: str) -> Side:
+    """'tsp:8' -> its layout; a stored point's folder -> its layout, workload and settings (an
+    argparse type)."""
+    folder = Path(text)
+    if not (folder / "point.json").is_file():
+        if folder.is_dir() or "/" in text:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: no point.json there (a stored point's folder has one)"
+            )
+        return Side(layout_text(text))
+    from tspbench.sweep.points import Point, describe
+
+    try:
+        point = Point.from_json(json.loads(read_input_text(folder / "point.json")))
+        return Side(point.layout, point.workload, describe(point.config).split(" seq ")[0])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"{folder / 'point.json'}: not a stored point ({exc})") from None
+
+
 def cmd_sensitivity(args: argparse.Namespace) -> int:
     from tspbench.analytic import sensitivity as sens  # the model: only when it runs
     from tspbench.analytic.profile_choice import choose_profile
     from tspbench.strategy import check_layout
 
-    problem = recompute_problem(args.recompute, (args.mode,))
-    if problem:
-        raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
-    config = ModelConfig.preset(args.model, **({"vocab_size": args.vocab_size} if args.vocab_size else {}))
-    workload = Workload(config, args.batch, args.seq_len, args.mode, args.recompute, args.dtype, "cuda")
-    within_model("--seq-len", workload.seq_len, config)
-    for layout in (args.layout, *args.against):
-        check_layout(layout, workload)
+    sides = [args.layout, *args.against]
+    flags = flag_workload(args) if any(s.workload is None for s in sides) else None
+    loads = {s: s.workload or flags for s in sides}
+    for side, workload in loads.items():
+        check_layout(side.layout, workload)
     hw = choose_profile(args.hardware, device="cuda", measured=False).hardware
     try:
         chosen = [sens.figure_named(hw, key) for key in args.figure]
     except ValueError as exc:
         raise UsageError(f"--figure: {exc}") from None
     plot = output_path(args.plot, "--plot", folder=True) if args.plot else None
-    swings = sens.swings(args.layout, workload, hw, chosen)
-    evens = {b: sens.break_evens(args.layout, b, workload, hw, chosen) for b in args.against}
+    mine, workload = args.layout, loads[args.layout]
+    swings = sens.swings(mine.layout, workload, hw, chosen)
+    evens = {b: sens.break_evens(mine.layout, b.layout, workload, hw, chosen, loads[b]) for b in args.against}
     if args.json:
-        print(json.dumps(as_json(args.layout, workload, hw, swings, evens), indent=2))
+        print(json.dumps(as_json(mine, workload, hw, swings, evens), indent=2))
     else:
-        print_study(args.layout, workload, hw, swings, evens)
+        print_study(mine, workload, hw, swings, evens)
     if plot:
-        for path in draw(args.layout, workload, hw, swings, plot):
+        for path in draw(mine.layout, workload, hw, swings, plot):
             print(f"tornado: {path}")
     return 0
 
 
-def heading(layout: Layout, workload: Workload, hw_name: str) -> str:
+def flag_workload(args: argparse.Namespace) -> Workload:
+    """The workload the flags give, for a layout given as strategy:degrees."""
+    if args.seq_len is None:
+        raise UsageError(
+            "--seq-len: required for a layout given as strategy:degrees (a stored point brings its own)"
+        )
+    problem = recompute_problem(args.recompute, (args.mode,))
+    if problem:
+        raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
+    config = ModelConfig.preset(args.model, **({"vocab_size": args.vocab_size} if args.vocab_size else {}))
+    workload = Workload(config, args.batch, args.seq_len, args.mode, args.recompute, args.dtype, "cuda")
+    within_model("--seq-len", workload.seq_len, config)
+    return workload
+
+
+def heading(layout: Layout | Side, workload: Workload, hw_name: str) -> str:
     w = workload
     rec = f", recompute {w.recompute}" if w.mode == "train" else ""
     return (
@@ -126,7 +179,7 @@ def number(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
 
 
-def print_study(layout: Layout, workload: Workload, hw, swings: list, evens: dict) -> None:
+def print_study(layout: Side, workload: Workload, hw, swings: list, evens: dict) -> None:
     print(heading(layout, workload, hw.name))
     base = swings[0].base_s if swings else math.nan
     print(f"step time {base:.4g} s; each figure over its range, the rest held:")
@@ -142,11 +195,18 @@ def print_study(layout: Layout, workload: Workload, hw, swings: list, evens: dic
             continue
         faster = layout if rows[0].ratio >= 1 else other
         print(
-            f"\nagainst {other.describe()}: {layout.describe()} at {rows[0].ratio:.3f}x its speed "
-            f"({faster.describe()} faster); break-even of each figure, the rest held:"
+            f"\nagainst {against_name(other, workload)}: {layout.describe()} at {rows[0].ratio:.3f}x its "
+            f"speed ({faster.describe()} faster); break-even of each figure, the rest held:"
         )
         for b in rows:
             print(f"  {b.figure.key:<28} {break_even_text(b)}")
+
+
+def against_name(other: Side, workload: Workload) -> str:
+    """The other layout's name, with its recomputation where it runs its own (a stored point's)."""
+    w = other.workload
+    own = w is not None and w.mode == "train" and w.recompute != workload.recompute
+    return f"{other.describe()} at recompute {w.recompute}" if own else other.describe()
 
 
 def break_even_text(b) -> str:
@@ -161,7 +221,7 @@ def break_even_text(b) -> str:
     return f"not within its range ({ends}{past})"
 
 
-def as_json(layout: Layout, workload: Workload, hw, swings: list, evens: dict) -> dict[str, object]:
+def as_json(layout: Side, workload: Workload, hw, swings: list, evens: dict) -> dict[str, object]:
     def figure(f) -> dict[str, object]:
         return {"key": f.key, "label": f.label, "unit": f.unit, "value": f.value, "provenance": f.provenance,
                 "source": f.source, "low": f.low, "high": f.high}  # fmt: skip
@@ -173,7 +233,7 @@ def as_json(layout: Layout, workload: Workload, hw, swings: list, evens: dict) -
         "step_time_s": swings[0].base_s if swings else None,
         "swings": [{**figure(s.figure), "low_s": s.low_s, "high_s": s.high_s} for s in swings],
         "against": {
-            other.describe(): [
+            against_name(other, workload): [
                 {
                     "key": b.figure.key,
                     "ratio": b.ratio,
