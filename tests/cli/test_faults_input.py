@@ -159,6 +159,7 @@ def test_every_numeric_flag_refuses_a_number_past_the_machine(value: str, capsys
         (["bench", "--strategy", "dp", "--dp", "512"], "this host"),
         (["calibrate", "--ranks", "512", "--quick"], "--ranks: 512 CPU ranks"),
         (["bench", "--strategy", "dp", "--capacity", "1e400"], "not a size: '1e400'"),
+        (["bench", "--strategy", "dp", "--capacity", "1.5"], "not a whole number of bytes: '1.5'"),
         (["bench", "--strategy", "dp", "--timeout", "1e15"], "--timeout: must be at most 2,592,000 seconds"),
         (["gpu-check", "--check-seconds", "inf"], "--check-seconds: must be a finite number"),
         (

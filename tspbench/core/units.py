@@ -14,12 +14,17 @@ _BYTE_UNITS = {
 
 
 def parse_bytes(text: str) -> int:
-    """'512MiB', '2GB', '1e9' -> bytes; ValueError naming the text otherwise."""
+    """'512MiB', '2GB', '1e9' -> bytes; ValueError naming the text otherwise, and for a part of a
+    byte ('1.5' is not 1 byte: most likely a unit was left out)."""
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]i?B|B)?\s*", text)
     try:
-        return int(float(m.group(1)) * _BYTE_UNITS[m.group(2)]) if m else _bad_size(text)
+        value = float(m.group(1)) * _BYTE_UNITS[m.group(2)] if m else _bad_size(text)
+        whole = int(value)
     except (ValueError, OverflowError):  # '1e400': inf bytes is no size (#45)
         return _bad_size(text)
+    if whole != value:
+        raise ValueError(f"not a whole number of bytes: {text!r} (a unit left out? e.g. 1.5GiB)")
+    return whole
 
 
 def _bad_size(text: str) -> int:
