@@ -3,7 +3,10 @@
 For a model, a GPU count and a sequence length: every registered strategy at every combination
 of degrees whose product divides the GPU count (the rest is data parallel), predicted by
 tspbench.analytic. A layout is rejected when it is indivisible (heads, vocabulary, sequence),
-does not fit in memory, or (unless allowed) its model-parallel group spans nodes. Also:
+does not fit in memory, or (unless allowed) its model-parallel group spans nodes. Tuned
+(``tune=True``), each layout is priced at every setting its strategy takes (``settings``: its
+switches, and every recompute mode in training unless one is fixed) and ranked at its fastest
+setting that fits; one that fits at none is rejected at its lowest peak. Also:
 
     crossover   the tokens per micro-batch above which TSP moves fewer bytes per step than TP
                 at the same degree (both grow linearly in tokens: two points give the line)
@@ -24,7 +27,8 @@ from tspbench.analytic.decode import DecodePrediction, predict_decode
 from tspbench.analytic.hardware import Hardware
 from tspbench.analytic.predict import Prediction, predict
 from tspbench.core.errors import LayoutError
-from tspbench.core.spec import Layout, ModelConfig, Workload
+from tspbench.core.names import RECOMPUTE_MODES
+from tspbench.core.spec import KV_EXCHANGES, MLP_EXCHANGES, Layout, ModelConfig, Workload
 from tspbench.core.units import format_bytes
 from tspbench.strategy import get_strategy, iter_strategies
 
@@ -34,6 +38,7 @@ class Candidate:
     layout: Layout
     prediction: Prediction | None = None
     reason: str | None = None  # why it cannot run; None when it fits
+    workload: Workload | None = None  # the setting priced (a tuned plan's winner)
 
 
 @dataclass
@@ -64,8 +69,44 @@ def candidate_layouts(gpus: int) -> list[Layout]:
     return out
 
 
+SWITCH_VALUES: dict[str, tuple[object, ...]] = {
+    "megatron_sp": (False, True),
+    "kv_exchange": KV_EXCHANGES,
+    "mlp_exchange": MLP_EXCHANGES,
+    "overlap": (True, False),
+}
+
+
+def settings(strategy: str, workload: Workload, fixed_recompute: bool = False) -> list[Workload]:
+    """``workload`` at every value of every switch ``strategy`` takes (``Strategy.switches``) and,
+    in training unless ``fixed_recompute``, every recompute mode: what a tuned plan tries."""
+    keys = [k for k in SWITCH_VALUES if k in get_strategy(strategy).switches]
+    tunes_recompute = workload.mode == "train" and not fixed_recompute
+    modes = RECOMPUTE_MODES if tunes_recompute else (workload.recompute,)
+    return [
+        replace(workload, recompute=mode, **dict(zip(keys, values, strict=True)))
+        for mode in modes
+        for values in itertools.product(*(SWITCH_VALUES[k] for k in keys))
+    ]
+
+
+def evaluate_tuned(
+    layout: Layout, workload: Workload, hw: Hardware, allow_cross_node: bool, fixed_recompute: bool
+) -> Candidate:
+    """``layout`` at its fastest setting that fits; else at the setting of its lowest peak."""
+    tried = [
+        evaluate(layout, w, hw, allow_cross_node)
+        for w in settings(layout.strategy, workload, fixed_recompute)
+    ]
+    fits = [c for c in tried if c.reason is None]
+    if fits:
+        return max(fits, key=lambda c: c.prediction.tokens_per_s_per_gpu)
+    priced = [c for c in tried if c.prediction is not None]
+    return min(priced, key=lambda c: c.prediction.memory.peak_bytes) if priced else tried[0]
+
+
 def evaluate(layout: Layout, workload: Workload, hw: Hardware, allow_cross_node: bool) -> Candidate:
-    candidate = Candidate(layout)
+    candidate = Candidate(layout, workload=workload)
     mp = layout.world_size // layout.dp
     if mp > hw.gpus_per_node and not allow_cross_node:
         candidate.reason = f"crosses nodes: model-parallel group of {mp} > {hw.gpus_per_node} GPUs per node"
@@ -87,8 +128,16 @@ def plan(
     hw: Hardware,
     allow_cross_node: bool = False,
     frontier_degrees: tuple[int, ...] | None = None,
+    tune: bool = False,
+    fixed_recompute: bool = False,
 ) -> PlanResult:
-    candidates = [evaluate(lay, workload, hw, allow_cross_node) for lay in candidate_layouts(gpus)]
+    """Every layout of ``gpus`` GPUs priced at ``workload`` (tuned: at its best setting, see the
+    module docstring), the fitting ones ranked by tokens/s per GPU."""
+    layouts = candidate_layouts(gpus)
+    if tune:
+        candidates = [evaluate_tuned(lay, workload, hw, allow_cross_node, fixed_recompute) for lay in layouts]
+    else:
+        candidates = [evaluate(lay, workload, hw, allow_cross_node) for lay in layouts]
     fits = [c for c in candidates if c.reason is None]
     fits.sort(key=lambda c: -c.prediction.tokens_per_s_per_gpu)
     degrees = frontier_degrees or tuple(d for d in (2, 4, 8, 16) if d <= min(gpus, hw.gpus_per_node))

@@ -60,6 +60,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "tokens per sequence, the whole training or prefill sequence",
         "sequences per micro-batch of each model replica",
     )
+    p.add_argument(
+        "--tune",
+        action="store_true",
+        help="each layout at its best setting: every switch its strategy takes (Megatron SP, the K/V "
+        "and MLP exchanges, overlap) and, in training, every recompute mode unless --recompute is given",
+    )
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        help=f"{RECOMPUTE_HELP}; --tune tries every mode unless this is given",
+    )
     add_model_args(p, with_batch=False)
     p.set_defaults(func=cmd_plan)
 
@@ -242,28 +253,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "--mode decode: plan ranks training and prefill steps; for decode use `tspbench plan-decode "
             "--gpus N --seq-len S --decode-tokens T` (it ranks layouts by time per output token)"
         )
-    problem = recompute_problem(args.recompute, (args.mode,))
+    fixed_recompute, recompute = args.recompute is not None, args.recompute or "none"
+    problem = recompute_problem(recompute, (args.mode,))
     if problem:
-        raise UsageError(f"--recompute {args.recompute} with --mode {args.mode}: {problem}")
+        raise UsageError(f"--recompute {recompute} with --mode {args.mode}: {problem}")
     model = ModelConfig.preset(args.model)
     within_model("--seq-len", args.seq_len, model)
     hw = hardware_of(args)
-    workload = Workload(
-        model,
-        args.batch,
-        args.seq_len,
-        args.mode,
-        args.recompute,
-        args.dtype,
-        "cuda",
-    )
+    workload = Workload(model, args.batch, args.seq_len, args.mode, recompute, args.dtype, "cuda")
     from tspbench.analytic.planner import plan
 
-    result = plan(workload, args.gpus, hw, args.allow_cross_node)
-    what = f"seq {args.seq_len}, batch {args.batch}, {args.mode}, recompute {args.recompute}"
+    result = plan(
+        workload, args.gpus, hw, args.allow_cross_node, tune=args.tune, fixed_recompute=fixed_recompute
+    )
+    tuned = args.mode == "train" and args.tune and not fixed_recompute
+    what = f"seq {args.seq_len}, batch {args.batch}, {args.mode}" + (
+        "" if tuned else f", recompute {recompute}"
+    )
+    what += ", each layout at its best setting" if args.tune else ""
     if print_json_or_heading(args, hw, plan_json(result), what):
         return 0
-    print_plan(result, workload, args.top)
+    print_plan(result, workload, args.top, tuned=args.tune)
     return 0
 
 

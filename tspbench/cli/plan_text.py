@@ -23,17 +23,21 @@ class Rejected(Protocol):
     reason: str | None
 
 
-def print_plan(result: PlanResult, workload: Workload, top: int) -> None:
+def print_plan(result: PlanResult, workload: Workload, top: int, tuned: bool = False) -> None:
     """The ranking, the memory frontier and the crossover, each naming the run mode and the
-    recomputation it holds for; then the rejected layouts (up to dozens of lines)."""
+    recomputation it holds for; then the rejected layouts (up to dozens of lines). Tuned, each
+    ranked layout names the setting that won it."""
     setting = f"{workload.mode}, recompute {workload.recompute}"
-    print(f"fastest layouts that fit ({setting}, projected):")
-    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak/GPU':>10} {'step s':>8}")
+    ranked_at = f"{workload.mode}, each layout at its best setting" if tuned else setting
+    print(f"fastest layouts that fit ({ranked_at}, projected):")
+    won = "  setting" if tuned else ""
+    print(f"{'rank':>4}  {'layout':<28} {'tokens/s/GPU':>13} {'MFU':>6} {'peak/GPU':>10} {'step s':>8}{won}")
     for i, c in enumerate(result.ranked[:top], 1):
         p = c.prediction
+        won = f"  {setting_text(c.workload)}" if tuned and c.workload else ""
         print(
             f"{i:>4}  {c.layout.describe():<28} {p.tokens_per_s_per_gpu:>13,.0f} {p.mfu:>6.1%} "
-            f"{format_bytes(p.memory.peak_bytes):>10} {p.step_time_s:>8.3f}"
+            f"{format_bytes(p.memory.peak_bytes):>10} {p.step_time_s:>8.3f}{won}"
         )
     print_left_out(len(result.ranked), top)
     print_frontier(result, setting, workload.batch)
@@ -44,6 +48,17 @@ def print_plan(result: PlanResult, workload: Workload, top: int) -> None:
     for d, tokens in result.crossover_tokens.items():
         print(f"  D={d}: {tokens:,.0f} tokens" if math.isfinite(tokens) else f"  D={d}: never")
     print_rejected(result.rejected, 28)
+
+
+def setting_text(w: Workload) -> str:
+    """'recompute none, megatron_sp, kv ulysses': the recomputation (training) and every switch
+    away from its default, as a sweep's point labels name them."""
+    words = [f"recompute {w.recompute}"] if w.mode == "train" else []
+    words += [f"kv {w.kv_exchange}"] if w.kv_exchange != "allgather" else []
+    words += [f"mlp {w.mlp_exchange}"] if w.mlp_exchange != "ring" else []
+    words += ["megatron_sp"] if w.megatron_sp else []
+    words += ["no overlap"] if not w.overlap else []
+    return ", ".join(words) or "defaults"
 
 
 def print_frontier(result: PlanResult, setting: str, batch: int) -> None:
@@ -95,9 +110,18 @@ def ranked_json(
 ) -> dict[str, list[dict]]:
     """A plan's ranking (each row its layout and ``record`` of its prediction) and its rejections."""
     return {
-        "ranked": [{"layout": c.layout.to_dict(), **record(c.prediction)} for c in ranked],
-        "rejected": [{"layout": c.layout.to_dict(), "reason": c.reason} for c in rejected],
+        "ranked": [{"layout": c.layout.to_dict(), **setting(c), **record(c.prediction)} for c in ranked],
+        "rejected": [{"layout": c.layout.to_dict(), **setting(c), "reason": c.reason} for c in rejected],
     }
+
+
+def setting(candidate: Any) -> dict[str, object]:
+    """The setting a plan priced a layout at (a tuned plan's winner), as the records name it."""
+    w = getattr(candidate, "workload", None)
+    if w is None:
+        return {}
+    keys = ("recompute", "megatron_sp", "kv_exchange", "mlp_exchange", "overlap")
+    return {"setting": {k: getattr(w, k) for k in keys}}
 
 
 def plan_json(result: PlanResult) -> dict[str, object]:
