@@ -42,6 +42,13 @@ def test_readme_and_docs_are_rendered_from_the_records() -> None:
     assert gen_docs.main(["--check"]) == 0
 
 
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_a_page_names_no_path_of_this_checkout(page: Path) -> None:
+    """A path the docs give is relative to the checkout's root: one rendered as this checkout's
+    absolute path would be stale in every other clone (and fail the check above there)."""
+    assert str(REPO) not in page.read_text()
+
+
 def test_a_part_is_its_fragment_filled_and_a_missing_value_names_its_file(tmp_path: Path) -> None:
     """Wording that depends on the data is a fragment of docs/templates/parts/; a sentence that
     does not apply is None and leaves nothing; a placeholder with no value fails naming the file."""

@@ -109,9 +109,12 @@ def hardware_verdicts(results: Path) -> Values:
         out[f"{key}_top"] = f"{rows.index[0]} {rows.iloc[0]:,.0f}"
         out[f"{key}_ratio"] = f"{rows['TSP 8'] / rows.iloc[0]:.2f}"
         out[f"{key}_rank"] = f"{list(rows.index).index('TSP 8') + 1} of {len(rows)}"
-        tsp, top = (results / study / str(frame.loc[name, "run_id"]) for name in ("TSP 8", rows.index[0]))
-        out[f"{key}_flip"] = best_flip(tsp, top, key)
-        out[f"{key}_command"] = f"tspbench sensitivity --hardware {key} --layout {tsp} --against {top}"
+        tsp, top = (f"{study}/{frame.loc[name, 'run_id']}" for name in ("TSP 8", rows.index[0]))
+        out[f"{key}_flip"] = best_flip(results / tsp, results / top, key)
+        # relative to the checkout's root, as every command the docs give
+        out[f"{key}_command"] = (
+            f"tspbench sensitivity --hardware {key} --layout results/{tsp} --against results/{top}"
+        )
     return out
 
 
