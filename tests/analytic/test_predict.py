@@ -106,7 +106,7 @@ def test_model_matches_measurement(measured: dict) -> None:
 def test_predict_json_for_the_paper_model(capsys: pytest.CaptureFixture) -> None:
     for degree in (2, 4, 8):
         for seq in (16384, 131072):
-            start = time.perf_counter()
+            start = time.process_time()  # this process's CPU: a loaded host does not move it
             code = main(
                 [
                     "predict",
@@ -123,7 +123,7 @@ def test_predict_json_for_the_paper_model(capsys: pytest.CaptureFixture) -> None
                     "--json",
                 ]
             )
-            assert code == 0 and time.perf_counter() - start < 1.0
+            assert code == 0 and time.process_time() - start < 1.0
             out = json.loads(capsys.readouterr().out)
             for key in (
                 "peak_memory_bytes",

@@ -22,12 +22,12 @@ def test_an_alias_bomb_is_one_short_line(tmp_path: Path) -> None:
     path = tmp_path / "bomb.yaml"
     path.write_text(alias_bomb())
     assert path.stat().st_size < 1024
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU: a loaded host does not move it
     with pytest.raises(UsageError) as caught:
         read_yaml(path)
     message = str(caught.value)
     assert "expands to more than 100,000 values" in message and len(message) < 300, message[:300]
-    assert time.perf_counter() - start < 2
+    assert time.process_time() - start < 2
 
 
 def test_ordinary_anchors_and_merges_still_read() -> None:

@@ -23,13 +23,18 @@ def spin(cpu_seconds: float) -> None:
         pass
 
 
+# A thread's schedstat clocks advance at scheduler ticks and switches (10 ms apart at HZ=100),
+# so a sample taken while the thread runs may lag by a tick: up to two ticks over a span.
+TICKS = 0.02
+
+
 def test_a_thread_that_sleeps_spends_its_wall_time_blocked():
     with schedstat.Spent() as spent:
         time.sleep(0.2)
     s = spent.seconds
     assert s["wall_s"] >= 0.2
-    assert s["blocked_s"] >= 0.19
-    assert s["on_cpu_s"] < 0.02
+    assert s["blocked_s"] >= 0.2 - TICKS  # a loaded CI host gave 0.186 s
+    assert s["on_cpu_s"] < TICKS
 
 
 def test_a_thread_that_spins_never_blocks_however_busy_the_host():
