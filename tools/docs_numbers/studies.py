@@ -48,8 +48,8 @@ def timings(results: Path) -> Values:
     return {
         "setup": minutes(t["setup_s"]),
         "demo": minutes(t["make_demo_s"]),
-        "test": f"{minutes(t['make_test_s'])} ({t['tests']} tests)",
-        "check": f"{minutes(t['make_check_s'])} ({t['check_tests']} tests)",
+        "test": f"{minutes(t['make_test_s'])} ({t['tests']:,} tests)",
+        "check": f"{minutes(t['make_check_s'])} ({t['check_tests']:,} tests)",
     }
 
 
