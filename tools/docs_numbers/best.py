@@ -124,8 +124,8 @@ def best_flip(mine: Path, other: Path, profile: str) -> str:
     from tools.docs_numbers.hinges import flip_text
     from tspbench.analytic import sensitivity as sens
     from tspbench.analytic.profile_choice import named_profile
-    from tspbench.cli.sensitivity import side_text
+    from tspbench.sweep.points import Point
+    from tspbench.sweep.store import read_json
 
-    a, b = side_text(str(mine)), side_text(str(other))
-    assert a.workload is not None and b.workload is not None  # stored points bring theirs
+    a, b = (Point.from_json(read_json(folder / "point.json")) for folder in (mine, other))
     return flip_text(sens.break_evens(a.layout, b.layout, a.workload, named_profile(profile), (), b.workload))

@@ -7,7 +7,7 @@ import socket
 
 
 def smoke_allreduce() -> tuple[int, int, float]:
-    """One rank of a Slurm job: gloo init from submitit's env, all_reduce(rank + 1).
+    """One rank of a Slurm job: gloo init from the job's env (tspbench.sweep.slurm_job), all_reduce(rank + 1).
 
     Returns (rank, world_size, sum), where the sum is world_size * (world_size + 1) / 2.
     The rendezvous is at the first node by name (n1): the cluster made it resolve to 127.0.0.1
@@ -15,15 +15,12 @@ def smoke_allreduce() -> tuple[int, int, float]:
     """
     from datetime import timedelta
 
-    import submitit
     import torch
     import torch.distributed as dist
 
-    from tspbench.sweep.slurm_job import rendezvous_port
+    from tspbench.sweep.slurm_job import job_environment
 
-    denv = submitit.helpers.TorchDistributedEnvironment()
-    denv.master_port = rendezvous_port(os.environ["SLURM_JOB_ID"])
-    denv.export(set_cuda_visible_devices=False, overwrite=True)
+    denv = job_environment()
     socket.gethostbyname(os.environ["MASTER_ADDR"])  # raises if the name does not resolve
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every fake node is this host
     torch.set_num_threads(1)

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tspbench.core.spec import Layout, Workload
+from tspbench.core.spec import Layout, Workload, switch_words
 from tspbench.core.units import format_bytes
 
 if TYPE_CHECKING:
@@ -54,11 +54,7 @@ def setting_text(w: Workload) -> str:
     """'recompute none, megatron_sp, kv ulysses': the recomputation (training) and every switch
     away from its default, as a sweep's point labels name them."""
     words = [f"recompute {w.recompute}"] if w.mode == "train" else []
-    words += [f"kv {w.kv_exchange}"] if w.kv_exchange != "allgather" else []
-    words += [f"mlp {w.mlp_exchange}"] if w.mlp_exchange != "ring" else []
-    words += ["megatron_sp"] if w.megatron_sp else []
-    words += ["no overlap"] if not w.overlap else []
-    return ", ".join(words) or "defaults"
+    return ", ".join(words + switch_words(vars(w))) or "defaults"
 
 
 def print_frontier(result: PlanResult, setting: str, batch: int) -> None:

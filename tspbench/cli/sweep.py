@@ -166,13 +166,6 @@ def print_submissions(points: list[Point], profile: Profile, node_limit: int | N
         print("\n".join(f"    {'points: ' if n == 0 else '        '}{line}" for n, line in enumerate(ids)))
 
 
-def partition_nodes(partition: str | None) -> int | None:
-    """tspbench.sweep.slurm.partition_nodes (sinfo), imported when a dry run asks."""
-    from tspbench.sweep.slurm import partition_nodes as nodes
-
-    return nodes(partition)
-
-
 def cluster_size_words(jobs: list[Submission], profile: Profile, node_limit: int | None) -> str:
     """The largest job's size against the cluster's (``node_limit``: the profile's ``nodes`` or
     sinfo's, tspbench.sweep.slurm.cluster_limit): a study of 1,024 GPUs plans 128-node jobs

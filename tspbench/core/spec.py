@@ -6,8 +6,9 @@ validated on construction, so a bad value is an error before any process starts.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from tspbench.core.errors import LayoutError, WorkloadError
 from tspbench.core.names import AXES, DEVICES, DTYPE_BYTES, MODES, RECOMPUTE_MODES
@@ -175,6 +176,17 @@ def recompute_problem(recompute: str, modes: Sequence[str]) -> str | None:
         f"recomputation applies to training only: mode {' and '.join(map(repr, modes))} has no "
         "backward pass (use recompute none)"
     )
+
+
+def switch_words(w: Mapping[str, Any]) -> list[str]:
+    """['kv ulysses', 'mlp broadcast', 'megatron_sp', 'no overlap']: each switch a workload's
+    fields (a Workload's ``vars``, or a stored point's, where a missing key is at its default)
+    set away from its default, as point labels and plans name them."""
+    words = [f"kv {w['kv_exchange']}"] if w.get("kv_exchange", "allgather") != "allgather" else []
+    words += [f"mlp {w['mlp_exchange']}"] if w.get("mlp_exchange", "ring") != "ring" else []
+    words += ["megatron_sp"] if w.get("megatron_sp") else []
+    words += ["no overlap"] if w.get("overlap", True) is False else []
+    return words
 
 
 @dataclass(frozen=True)

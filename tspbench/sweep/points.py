@@ -18,7 +18,7 @@ from typing import Any
 from tspbench.core.errors import LayoutError, WorkloadError
 from tspbench.core.records import point_record
 from tspbench.core.schema import SchemaError
-from tspbench.core.spec import Layout, ModelConfig, Workload, recompute_problem
+from tspbench.core.spec import Layout, ModelConfig, Workload, recompute_problem, switch_words
 from tspbench.core.units import degrees_text
 from tspbench.strategy import check_layout
 from tspbench.sweep.experiment import LAYOUT, Experiment, check_capacity, model_config
@@ -204,8 +204,5 @@ def describe(config: dict[str, Any]) -> str:
     layout, w = config["layout"], config["workload"]
     degrees = degrees_text(layout["strategy"] or "", layout)
     mode = f"train recompute {w['recompute']}" if w["mode"] == "train" else w["mode"]
-    exchange = f" kv {w['kv_exchange']}" if w.get("kv_exchange", "allgather") != "allgather" else ""
-    exchange += f" mlp {w['mlp_exchange']}" if w.get("mlp_exchange", "ring") != "ring" else ""
-    exchange += " megatron_sp" if w.get("megatron_sp") else ""
-    exchange += " no overlap" if w.get("overlap", True) is False else ""
+    exchange = "".join(f" {word}" for word in switch_words(w))
     return f"{layout['strategy']} {degrees}{exchange} seq {w['seq_len']} batch {w['batch']} {mode}"

@@ -74,9 +74,7 @@ def run_task(task: PointTask) -> str:
     """One rank of one point (see the module docstring for how failures end the job)."""
     point, store = Point.from_json(task.point), Store(task.experiment_dir)
     rid = point.run_id
-    denv = submitit.helpers.TorchDistributedEnvironment()
-    denv.master_port = rendezvous_port(_job_id() or "")
-    denv.export(set_cuda_visible_devices=False, overwrite=True)
+    denv = job_environment()
     rank = denv.rank
     if store.state(rid) == "completed":
         return "completed"
@@ -107,6 +105,14 @@ def _job_id() -> str | None:
     if array:
         return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
     return os.environ.get("SLURM_JOB_ID")
+
+
+def job_environment() -> submitit.helpers.TorchDistributedEnvironment:
+    """This task's rank, world and rendezvous from Slurm's variables (submitit), its port from
+    ``rendezvous_port``, exported for torch's env:// initialisation."""
+    denv = submitit.helpers.TorchDistributedEnvironment()
+    denv.master_port = rendezvous_port(_job_id() or "")
+    return denv.export(set_cuda_visible_devices=False, overwrite=True)
 
 
 RENDEZVOUS_PORTS = (20000, 32767)  # below Linux's default ephemeral range, 32768-60999
